@@ -1,0 +1,224 @@
+// kvtier::Client: request/reply over one ZeroMQ DEALER socket.
+#include "kvtier/client.h"
+
+#include "absl/strings/str_cat.h"
+#include "kvtier.pb.h"
+#include "kvtier/errors.h"
+#include "kvtier/paths.h"
+#include "kvtier/status_macros.h"
+#include "zmq.hpp"
+
+namespace kvtier {
+namespace {
+
+constexpr uint32_t kProtocolVersion = 1;
+
+wire::Layout ToWire(const Layout& l) {
+  wire::Layout w;
+  w.set_layers(l.layers);
+  w.set_kv_heads(l.kv_heads);
+  w.set_head_dim(l.head_dim);
+  w.set_tokens_per_page(l.tokens_per_page);
+  w.set_dtype(static_cast<wire::Dtype>(l.dtype));
+  return w;
+}
+
+std::vector<TierKind> ToTiers(const std::string& bytes) {
+  std::vector<TierKind> out(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) out[i] = static_cast<TierKind>(bytes[i]);
+  return out;
+}
+
+}  // namespace
+
+absl::string_view TierKindName(TierKind t) {
+  switch (t) {
+    case TierKind::kNone: return "none";
+    case TierKind::kHbm: return "hbm";
+    case TierKind::kHost: return "host";
+    case TierKind::kNvme: return "nvme";
+  }
+  return "?";
+}
+
+struct Client::Impl {
+  zmq::context_t ctx{1};
+  zmq::socket_t socket{ctx, zmq::socket_type::dealer};
+  std::string endpoint;
+  std::string session_id;
+  uint64_t next_id = 1;
+  std::chrono::milliseconds timeout{10000};
+  bool broken = false;  // a timed-out request may still be answered later
+
+  struct Result {
+    wire::Response response;
+    std::vector<zmq::message_t> payloads;
+  };
+
+  // Sends one request and waits for the reply with the same id. Replies to
+  // earlier, timed-out requests are skipped.
+  absl::StatusOr<Result> Call(wire::Request& req, absl::Span<const absl::string_view> payloads = {}) {
+    req.set_version(kProtocolVersion);
+    req.set_request_id(next_id++);
+    req.set_session_id(session_id);
+    std::string header = req.SerializeAsString();
+    auto more = payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+    if (!socket.send(zmq::buffer(header), more | zmq::send_flags::dontwait))
+      return absl::UnavailableError(absl::StrCat("cannot send to kvtierd at ", endpoint));
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      auto f = i + 1 < payloads.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      socket.send(zmq::message_t(payloads[i].data(), payloads[i].size()), f);
+    }
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+      if (left.count() <= 0 || zmq::poll(&item, 1, left) == 0)
+        return absl::UnavailableError(absl::StrCat("no reply from kvtierd at ", endpoint,
+                                                   " within ", timeout.count(), " ms"));
+      std::vector<zmq::message_t> frames;
+      for (;;) {
+        zmq::message_t m;
+        if (!socket.recv(m)) break;
+        bool has_more = m.more();
+        frames.push_back(std::move(m));
+        if (!has_more) break;
+      }
+      Result r;
+      if (frames.empty() || !r.response.ParseFromArray(frames[0].data(), int(frames[0].size())))
+        return absl::DataLossError("kvtierd sent a malformed reply");
+      if (r.response.request_id() != req.request_id() && r.response.request_id() != 0) continue;
+      if (r.response.code() != wire::OK)
+        return MakeStatus(static_cast<ErrorCode>(r.response.code()),
+                          absl::StrCat("kvtierd: ", r.response.message()));
+      for (size_t i = 1; i < frames.size(); ++i) r.payloads.push_back(std::move(frames[i]));
+      return r;
+    }
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Client::~Client() {
+  if (!impl_ || impl_->session_id.empty()) return;
+  wire::Request req;
+  req.mutable_bye();
+  impl_->timeout = std::chrono::milliseconds(500);
+  (void)impl_->Call(req);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->endpoint = options.endpoint.empty() ? DefaultEndpoint() : options.endpoint;
+  impl->timeout = options.timeout;
+  impl->socket.set(zmq::sockopt::linger, 0);
+  try {
+    impl->socket.connect(impl->endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot connect to ", impl->endpoint, ": ", e.what()));
+  }
+  wire::Request req;
+  auto* hello = req.mutable_hello();
+  hello->set_tenant(options.tenant);
+  hello->set_token(options.token);
+  hello->set_client_name(options.client_name);
+  if (options.layout) *hello->mutable_layout() = ToWire(*options.layout);
+  ASSIGN_OR_RETURN(auto r, impl->Call(req));
+  std::unique_ptr<Client> c(new Client(std::move(impl)));
+  c->impl_->session_id = r.response.hello().session_id();
+  c->namespace_ = r.response.hello().namespace_();
+  c->page_bytes_ = r.response.hello().page_bytes();
+  c->layout_id_ = r.response.hello().layout_id();
+  return c;
+}
+
+absl::StatusOr<BufferId> Client::RegisterBuffer(const std::string& shm_name, uint64_t size) {
+  wire::Request req;
+  req.mutable_register_buffer()->set_shm_name(shm_name);
+  req.mutable_register_buffer()->set_size(size);
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return r.response.register_buffer().buffer_id();
+}
+
+absl::Status Client::UnregisterBuffer(BufferId id) {
+  wire::Request req;
+  req.mutable_unregister_buffer()->set_buffer_id(id);
+  return impl_->Call(req).status();
+}
+
+absl::StatusOr<LookupResult> Client::Lookup(absl::Span<const PageKey> keys) {
+  wire::Request req;
+  req.mutable_lookup()->set_keys(PackKeys(keys));
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  LookupResult out;
+  out.hits = r.response.lookup().hits();
+  out.tiers = ToTiers(r.response.lookup().tiers());
+  return out;
+}
+
+absl::StatusOr<std::vector<TierKind>> Client::Get(absl::Span<const PageKey> keys, BufferId buffer,
+                                                  absl::Span<const uint64_t> offsets) {
+  wire::Request req;
+  auto* g = req.mutable_get();
+  g->set_keys(PackKeys(keys));
+  g->set_buffer_id(buffer);
+  g->mutable_offsets()->Add(offsets.begin(), offsets.end());
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return ToTiers(r.response.get().tiers());
+}
+
+absl::StatusOr<PutResult> Client::Put(absl::Span<const PageKey> keys, const PageKey& parent,
+                                      BufferId buffer, absl::Span<const uint64_t> offsets) {
+  wire::Request req;
+  auto* p = req.mutable_put();
+  p->set_keys(PackKeys(keys));
+  p->set_parent(std::string(reinterpret_cast<const char*>(parent.bytes.data()), kPageKeyBytes));
+  p->set_buffer_id(buffer);
+  p->mutable_offsets()->Add(offsets.begin(), offsets.end());
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  const auto& pr = r.response.put();
+  return PutResult{pr.stored(), pr.deduplicated(), pr.not_stored()};
+}
+
+absl::StatusOr<std::vector<std::string>> Client::GetInline(absl::Span<const PageKey> keys) {
+  wire::Request req;
+  req.mutable_get()->set_keys(PackKeys(keys));
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  std::vector<TierKind> tiers = ToTiers(r.response.get().tiers());
+  std::vector<std::string> pages(keys.size());
+  size_t next = 0;
+  for (size_t i = 0; i < tiers.size() && i < pages.size(); ++i) {
+    if (tiers[i] == TierKind::kNone) continue;
+    if (next >= r.payloads.size()) return absl::DataLossError("kvtierd: GET reply is missing pages");
+    pages[i] = r.payloads[next++].to_string();
+  }
+  return pages;
+}
+
+absl::StatusOr<PutResult> Client::PutInline(absl::Span<const PageKey> keys, const PageKey& parent,
+                                            absl::Span<const absl::string_view> pages) {
+  wire::Request req;
+  auto* p = req.mutable_put();
+  p->set_keys(PackKeys(keys));
+  p->set_parent(std::string(reinterpret_cast<const char*>(parent.bytes.data()), kPageKeyBytes));
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req, pages));
+  const auto& pr = r.response.put();
+  return PutResult{pr.stored(), pr.deduplicated(), pr.not_stored()};
+}
+
+absl::StatusOr<uint32_t> Client::Delete(absl::Span<const PageKey> keys) {
+  wire::Request req;
+  req.mutable_delete_()->set_keys(PackKeys(keys));
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return r.response.delete_().deleted();
+}
+
+absl::StatusOr<wire::StatsReply> Client::Stats() {
+  wire::Request req;
+  req.mutable_stats();
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return r.response.stats();
+}
+
+}  // namespace kvtier

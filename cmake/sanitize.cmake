@@ -1,0 +1,11 @@
+# KVTIER_SANITIZE=address|thread|undefined instruments every target.
+if(KVTIER_SANITIZE)
+  if(NOT KVTIER_SANITIZE MATCHES "^(address|thread|undefined)$")
+    message(FATAL_ERROR "KVTIER_SANITIZE must be address, thread or undefined")
+  endif()
+  add_compile_options(-fsanitize=${KVTIER_SANITIZE} -fno-omit-frame-pointer -g)
+  add_link_options(-fsanitize=${KVTIER_SANITIZE})
+  if(KVTIER_SANITIZE STREQUAL "undefined")
+    add_compile_options(-fno-sanitize-recover=undefined)
+  endif()
+endif()

@@ -1,0 +1,95 @@
+// Mapping client shm buffers and surviving their truncation.
+#include "daemon/client_buffer.h"
+
+#include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvtier::daemon {
+namespace {
+
+thread_local sigjmp_buf* tls_guard = nullptr;
+
+void SigbusHandler(int sig, siginfo_t*, void*) {
+  if (sigjmp_buf* env = tls_guard) siglongjmp(*env, 1);
+  // Not inside a guarded copy: a real bug. Die with the default action.
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+}  // namespace
+
+void InstallSigbusGuard() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa = {};
+    sa.sa_sigaction = SigbusHandler;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, nullptr);
+  });
+}
+
+bool GuardedRun(absl::FunctionRef<void()> fn) {
+  sigjmp_buf env;
+  if (sigsetjmp(env, 1) != 0) {
+    tls_guard = nullptr;
+    return false;
+  }
+  tls_guard = &env;
+  fn();
+  tls_guard = nullptr;
+  return true;
+}
+
+absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::Map(const std::string& name,
+                                                                uint64_t size) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    int err = errno;
+    std::string msg = absl::StrCat("cannot open shm object '", name, "': ", strerror(err));
+    if (err == ENOENT) return absl::NotFoundError(msg);
+    if (err == EACCES) return absl::PermissionDeniedError(msg);
+    return absl::InvalidArgumentError(msg);
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("shm object '", name, "' is not a regular file"));
+  }
+  if (static_cast<uint64_t>(st.st_size) < size) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat("shm object '", name, "' is ", st.st_size,
+                                                   " bytes, smaller than the registered size ",
+                                                   size));
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (p == MAP_FAILED)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map shm object '", name, "' (", size, " bytes): ", strerror(err)));
+  return std::shared_ptr<ClientBuffer>(new ClientBuffer(name, static_cast<uint8_t*>(p), size,
+                                                        st.st_dev, st.st_ino));
+}
+
+ClientBuffer::~ClientBuffer() { munmap(data_, size_); }
+
+absl::Status ClientBuffer::CheckRange(uint64_t offset, uint64_t n) const {
+  if (offset > size_ || n > size_ - offset)
+    return absl::OutOfRangeError(absl::StrCat("range [", offset, ", ", offset + n,
+                                              ") lies outside buffer '", name_, "' of ", size_,
+                                              " bytes"));
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::daemon

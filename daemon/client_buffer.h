@@ -1,0 +1,50 @@
+// A client's registered buffer: a POSIX shared-memory object the client
+// created and the daemon maps. Copies into and out of it run under a SIGBUS
+// guard, because a client may shrink the object after registering it and the
+// daemon must not die for that.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+
+namespace kvtier::daemon {
+
+class ClientBuffer {
+ public:
+  // Maps `size` bytes of the shm object `name`. Errors: NotFound (no such
+  // object), PermissionDenied, InvalidArgument (object smaller than `size`).
+  static absl::StatusOr<std::shared_ptr<ClientBuffer>> Map(const std::string& name, uint64_t size);
+  ~ClientBuffer();
+  ClientBuffer(const ClientBuffer&) = delete;
+  ClientBuffer& operator=(const ClientBuffer&) = delete;
+
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+  uint64_t device() const { return dev_; }
+  uint64_t inode() const { return ino_; }
+
+  // OutOfRange unless [offset, offset + n) lies inside the buffer.
+  absl::Status CheckRange(uint64_t offset, uint64_t n) const;
+
+ private:
+  ClientBuffer(std::string name, uint8_t* data, uint64_t size, uint64_t dev, uint64_t ino)
+      : name_(std::move(name)), data_(data), size_(size), dev_(dev), ino_(ino) {}
+  std::string name_;
+  uint8_t* data_;
+  uint64_t size_;
+  uint64_t dev_, ino_;
+};
+
+// Installs the process-wide SIGBUS handler used by GuardedRun (idempotent).
+void InstallSigbusGuard();
+// Runs fn; returns false if it touched a mapping that raised SIGBUS. fn must
+// not hold locks or own heap state that would leak if cut short.
+bool GuardedRun(absl::FunctionRef<void()> fn);
+
+}  // namespace kvtier::daemon

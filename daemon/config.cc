@@ -1,0 +1,44 @@
+// Defaults and validation of the daemon configuration.
+#include "daemon/config.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "kvtier/paths.h"
+#include "kvtier/status_macros.h"
+
+namespace kvtier::daemon {
+
+void DaemonConfig::ApplyDefaults() {
+  if (ipc_socket.empty() && tcp_endpoint.empty()) ipc_socket = DefaultSocketPath();
+  if (state_dir.empty()) state_dir = DefaultStateDir();
+}
+
+absl::Status DaemonConfig::Validate() const {
+  if (ipc_socket.empty() && tcp_endpoint.empty())
+    return absl::InvalidArgumentError("no endpoint: set --socket and/or --tcp");
+  if (ipc_socket.size() > 100)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ipc socket path '", ipc_socket, "' is longer than the 100 bytes a unix socket allows"));
+  if (!tcp_endpoint.empty()) {
+    if (!absl::StartsWith(tcp_endpoint, "tcp://"))
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tcp must look like tcp://127.0.0.1:PORT, got '", tcp_endpoint, "'"));
+    bool loopback = absl::StartsWith(tcp_endpoint, "tcp://127.") ||
+                    absl::StartsWith(tcp_endpoint, "tcp://localhost:") ||
+                    absl::StartsWith(tcp_endpoint, "tcp://[::1]:");
+    if (!loopback && !allow_non_loopback_tcp)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "refusing to listen on non-loopback ", tcp_endpoint,
+          " (pass --allow_non_loopback_tcp to expose page data beyond this host)"));
+  }
+  if (copy_threads < 1 || copy_threads > 64)
+    return absl::InvalidArgumentError("--copy_threads must be in [1, 64]");
+  if (max_sessions < 1) return absl::InvalidArgumentError("--max_sessions must be >= 1");
+  if (max_buffers_per_session < 1)
+    return absl::InvalidArgumentError("--max_buffers_per_session must be >= 1");
+  RETURN_IF_ERROR(host.Validate());
+  RETURN_IF_ERROR(store.Validate());
+  return absl::OkStatus();
+}
+
+}  // namespace kvtier::daemon

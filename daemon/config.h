@@ -1,0 +1,34 @@
+// kvtierd configuration: what the flags fill in, with embedded defaults that
+// need no configuration at all. Validate() runs before anything is created.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "tiers/host_tier.h"
+#include "tiers/tier_manager.h"
+
+namespace kvtier::daemon {
+
+struct DaemonConfig {
+  std::string ipc_socket;   // path of the ipc:// socket; empty = no ipc endpoint
+  std::string tcp_endpoint; // e.g. "tcp://127.0.0.1:7450"; empty = none
+  bool allow_non_loopback_tcp = false;
+  std::string state_dir;
+  std::string tenants_file;  // empty: built-in "default" tenant, no token
+  tiers::HostTierConfig host;
+  tiers::TierManagerConfig store;
+  int copy_threads = 2;
+  int max_sessions = 1024;
+  int max_buffers_per_session = 64;
+  absl::Duration session_idle_timeout = absl::Minutes(30);
+
+  // Fills empty paths with the defaults of kvtier/paths.h.
+  void ApplyDefaults();
+  absl::Status Validate() const;
+  std::string IpcEndpoint() const { return "ipc://" + ipc_socket; }
+};
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,71 @@
+// The copy engine: worker threads that move page bytes between tier slots and
+// client buffers, off the frontend thread. A job is split into parts that run
+// in parallel; the worker that finishes the last part runs the job's `finish`
+// and pushes the reply frames to the frontend over an inproc socket, so the
+// frontend only ever forwards completed replies.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "zmq.hpp"
+
+namespace kvtier::daemon {
+
+class CopyEngine {
+ public:
+  using Part = std::function<void()>;
+  // Returns the multipart reply, routing-id frame first.
+  using Finish = std::function<std::vector<zmq::message_t>()>;
+
+  // Workers connect PUSH sockets to `completion_endpoint` (an inproc address
+  // the frontend has already bound with PULL).
+  static absl::StatusOr<std::unique_ptr<CopyEngine>> Create(zmq::context_t& ctx,
+                                                            std::string completion_endpoint,
+                                                            int threads);
+  ~CopyEngine();  // Shutdown()
+
+  // Thread-safe. `parts` may be empty (finish runs at once on a worker).
+  void Submit(std::vector<Part> parts, Finish finish);
+  // Runs every queued job to completion, then joins the workers.
+  void Shutdown();
+  int threads() const { return static_cast<int>(workers_.size()); }
+  uint64_t jobs_done() const { return jobs_done_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Job {
+    std::vector<Part> parts;
+    Finish finish;
+    std::atomic<size_t> remaining{0};
+  };
+  struct Task {
+    std::shared_ptr<Job> job;
+    size_t part;  // index into job->parts; SIZE_MAX for "finish only"
+  };
+
+  CopyEngine(zmq::context_t& ctx, std::string endpoint) : ctx_(ctx), endpoint_(std::move(endpoint)) {}
+  void WorkerLoop();
+  void Complete(Job& job, zmq::socket_t& push);
+
+  zmq::context_t& ctx_;
+  const std::string endpoint_;
+  std::vector<std::thread> workers_;
+  absl::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<uint64_t> jobs_done_{0};
+};
+
+// Splits n items of `item_bytes` into at most `max_parts` contiguous ranges of
+// at least `min_part_bytes` each: [begin, end) pairs.
+std::vector<std::pair<size_t, size_t>> SplitRanges(size_t n, uint64_t item_bytes, int max_parts,
+                                                   uint64_t min_part_bytes = 512 << 10);
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,239 @@
+// Daemon setup, the frontend loop and request routing; handlers live in
+// handlers.cc, STATS in stats.cc.
+#include "daemon/daemon.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "kvtier/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "tiers/host_tier.h"
+
+namespace kvtier::daemon {
+namespace {
+
+std::atomic<int> g_daemon_seq{0};
+
+absl::Status MakeDir(const std::string& dir, mode_t mode) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  chmod(dir.c_str(), mode);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), ctx_(1) {}
+
+Daemon::~Daemon() {
+  if (engine_) engine_->Shutdown();
+  completions_.reset();
+  router_.reset();
+  sessions_ = SessionTable();
+  store_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
+  config.ApplyDefaults();
+  RETURN_IF_ERROR(config.Validate());
+  std::unique_ptr<Daemon> d(new Daemon(std::move(config)));
+  RETURN_IF_ERROR(d->Init());
+  return d;
+}
+
+absl::Status Daemon::Init() {
+  InstallSigbusGuard();
+  started_ = absl::Now();
+  if (config_.tenants_file.empty()) {
+    tenants_ = TenantRegistry::Default();
+    spdlog::warn("no --tenants_file: tenant 'default' accepts any token and is admin");
+  } else {
+    ASSIGN_OR_RETURN(tenants_, TenantRegistry::LoadFile(config_.tenants_file));
+  }
+  RETURN_IF_ERROR(MakeDir(config_.state_dir, 0700));
+  std::vector<std::unique_ptr<tiers::Tier>> tiers;
+  ASSIGN_OR_RETURN(auto host, tiers::CreateHostTier(config_.host));
+  spdlog::info("host tier: {} MiB, {}", host->capacity_bytes() >> 20, host->backing());
+  tiers.push_back(std::move(host));
+  ASSIGN_OR_RETURN(store_, tiers::TierManager::Create(config_.store, std::move(tiers)));
+  for (const Tenant& t : tenants_.tenants()) {
+    tiers::NamespaceConfig nc{.name = t.name, .quota_bytes = t.quota_bytes};
+    ASSIGN_OR_RETURN(tiers::NamespaceId id, store_->AddNamespace(nc));
+    tenant_ns_[t.name] = id;
+  }
+  RETURN_IF_ERROR(BindEndpoints());
+  ASSIGN_OR_RETURN(engine_, CopyEngine::Create(ctx_, completion_endpoint_, config_.copy_threads));
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::BindEndpoints() {
+  router_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
+  router_->set(zmq::sockopt::linger, 0);
+  // Bound the size of one frame a client may make us buffer.
+  router_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxPageBytes + (1 << 20)));
+  router_->set(zmq::sockopt::sndhwm, 100000);
+  router_->set(zmq::sockopt::rcvhwm, 100000);
+  if (!config_.ipc_socket.empty()) {
+    std::string dir = std::filesystem::path(config_.ipc_socket).parent_path();
+    if (!dir.empty()) RETURN_IF_ERROR(MakeDir(dir, 0700));
+    // A stale socket file from a crashed daemon would make bind fail.
+    std::filesystem::remove(config_.ipc_socket);
+  }
+  std::vector<std::string> wanted;
+  if (!config_.ipc_socket.empty()) wanted.push_back(config_.IpcEndpoint());
+  if (!config_.tcp_endpoint.empty()) wanted.push_back(config_.tcp_endpoint);
+  for (const std::string& ep : wanted) {
+    try {
+      router_->bind(ep);
+    } catch (const zmq::error_t& e) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot bind ", ep, ": ", e.what()));
+    }
+    endpoints_.push_back(router_->get(zmq::sockopt::last_endpoint));
+    spdlog::info("listening on {}", endpoints_.back());
+  }
+  completion_endpoint_ = absl::StrCat("inproc://kvtier-completions-", g_daemon_seq++);
+  completions_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pull);
+  completions_->set(zmq::sockopt::rcvhwm, 0);
+  completions_->bind(completion_endpoint_);
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::Run(const std::atomic<bool>& stop) {
+  zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
+                             {completions_->handle(), 0, ZMQ_POLLIN, 0}};
+  absl::Time next_reap = absl::Now() + absl::Seconds(1);
+  while (!stop.load()) {
+    try {
+      zmq::poll(items, 2, std::chrono::milliseconds(100));
+    } catch (const zmq::error_t& e) {
+      if (e.num() == EINTR) continue;
+      return absl::InternalError(absl::StrCat("poll failed: ", e.what()));
+    }
+    // Completions first: they free pins and buffers.
+    for (int i = 0; i < 256 && (items[1].revents & ZMQ_POLLIN); ++i) {
+      if (!(completions_->get(zmq::sockopt::events) & ZMQ_POLLIN)) break;
+      OnCompletion();
+    }
+    for (int i = 0; i < 256 && (items[0].revents & ZMQ_POLLIN); ++i) {
+      if (!(router_->get(zmq::sockopt::events) & ZMQ_POLLIN)) break;
+      OnRouterMessage();
+    }
+    if (absl::Now() >= next_reap) {
+      sessions_.ReapIdle(absl::Now() - config_.session_idle_timeout);
+      next_reap = absl::Now() + absl::Seconds(1);
+    }
+  }
+  spdlog::info("shutting down: draining {} copy workers", engine_->threads());
+  engine_->Shutdown();
+  while (completions_->get(zmq::sockopt::events) & ZMQ_POLLIN) OnCompletion();
+  return absl::OkStatus();
+}
+
+void Daemon::OnCompletion() {
+  Frames frames;
+  for (;;) {
+    zmq::message_t msg;
+    if (!completions_->recv(msg, zmq::recv_flags::dontwait)) break;
+    bool more = msg.more();
+    frames.push_back(std::move(msg));
+    if (!more) break;
+  }
+  for (size_t i = 0; i < frames.size(); ++i) {
+    auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::dontwait;
+    router_->send(frames[i], flags | zmq::send_flags::dontwait);
+  }
+}
+
+void Daemon::OnRouterMessage() {
+  Frames frames;
+  for (;;) {
+    zmq::message_t msg;
+    if (!router_->recv(msg, zmq::recv_flags::dontwait)) break;
+    bool more = msg.more();
+    frames.push_back(std::move(msg));
+    if (!more) break;
+  }
+  if (frames.empty()) return;
+  std::string routing_id = frames[0].to_string();
+  frames.erase(frames.begin());
+  Dispatch(routing_id, frames);
+}
+
+void Daemon::Dispatch(const std::string& routing_id, Frames& frames) {
+  ++requests_;
+  std::vector<absl::string_view> views;
+  views.reserve(frames.size());
+  for (auto& f : frames) views.emplace_back(static_cast<const char*>(f.data()), f.size());
+  uint64_t request_id = 0;
+  auto decoded = DecodeRequest(views, &request_id);
+  absl::Status status = decoded.ok() ? Route(routing_id, *decoded, frames) : decoded.status();
+  if (!status.ok()) {
+    ++request_errors_;
+    spdlog::debug("request {} failed: {}", request_id, status.ToString());
+    SendReply(routing_id, Reply{ErrorResponse(request_id, status), {}});
+  }
+}
+
+absl::Status Daemon::Route(const std::string& routing_id, DecodedRequest& d, Frames& frames) {
+  const wire::Request& r = d.request;
+  absl::StatusOr<Reply> reply;
+  if (r.body_case() == wire::Request::kHello) {
+    reply = HandleHello(routing_id, d);
+  } else {
+    Session* s = sessions_.Find(r.session_id(), routing_id);
+    if (s == nullptr)
+      return absl::UnauthenticatedError(absl::StrCat(
+          RequestName(r), ": unknown or expired session; send HELLO first"));
+    s->last_seen = absl::Now();
+    switch (r.body_case()) {
+      case wire::Request::kRegisterBuffer: reply = HandleRegister(*s, d); break;
+      case wire::Request::kUnregisterBuffer: reply = HandleUnregister(*s, d); break;
+      case wire::Request::kLookup: reply = HandleLookup(*s, d); break;
+      case wire::Request::kDelete: reply = HandleDelete(*s, d); break;
+      case wire::Request::kStats: reply = HandleStats(*s, d); break;
+      case wire::Request::kGet:
+        if (r.get().buffer_id() == 0) {
+          reply = HandleGetInline(*s, d);
+          break;
+        }
+        return SubmitGet(*s, d, routing_id);
+      case wire::Request::kPut: return SubmitPut(*s, d, frames, routing_id);
+      case wire::Request::kBye:
+        sessions_.Erase(r.session_id());
+        reply = Reply{};
+        reply->response.mutable_bye();
+        break;
+      default: return absl::InvalidArgumentError("unknown request type");
+    }
+  }
+  if (!reply.ok()) return reply.status();
+  reply->response.set_version(kProtocolVersion);
+  reply->response.set_request_id(r.request_id());
+  reply->response.set_code(wire::OK);
+  SendReply(routing_id, *std::move(reply));
+  return absl::OkStatus();
+}
+
+Daemon::Frames Daemon::ReplyFrames(const std::string& routing_id, Reply reply) {
+  Frames frames;
+  frames.reserve(2 + reply.payloads.size());
+  frames.emplace_back(routing_id.data(), routing_id.size());
+  std::string header = reply.response.SerializeAsString();
+  frames.emplace_back(header.data(), header.size());
+  for (auto& p : reply.payloads) frames.push_back(std::move(p));
+  return frames;
+}
+
+void Daemon::SendReply(const std::string& routing_id, Reply reply) {
+  Frames frames = ReplyFrames(routing_id, std::move(reply));
+  for (size_t i = 0; i < frames.size(); ++i) {
+    auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    // A vanished peer is not an error: ROUTER drops what it cannot route.
+    router_->send(frames[i], flags | zmq::send_flags::dontwait);
+  }
+}
+
+}  // namespace kvtier::daemon

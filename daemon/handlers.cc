@@ -1,0 +1,146 @@
+// Request handlers. Each checks what only it can check (session state,
+// buffer bounds, page sizes) and either answers at once or submits a copy job.
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/daemon.h"
+#include "kvtier/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace kvtier::daemon {
+namespace {
+
+Layout FromWire(const wire::Layout& l) {
+  return Layout{l.layers(), l.kv_heads(), l.head_dim(), l.tokens_per_page(),
+                static_cast<Dtype>(l.dtype())};
+}
+
+absl::Status NeedLayout(const Session& s, absl::string_view op) {
+  if (!s.layout)
+    return absl::FailedPreconditionError(
+        absl::StrCat(op, ": the session declared no layout at HELLO, so it cannot move pages"));
+  return absl::OkStatus();
+}
+
+void FreePin(void*, void* hint) { delete static_cast<tiers::PagePin*>(hint); }
+
+}  // namespace
+
+absl::StatusOr<Daemon::Reply> Daemon::HandleHello(const std::string& routing_id,
+                                                   const DecodedRequest& d) {
+  const wire::Hello& h = d.request.hello();
+  ASSIGN_OR_RETURN(const Tenant* tenant, tenants_.Authenticate(h.tenant(), h.token()));
+  if (sessions_.size() >= static_cast<size_t>(config_.max_sessions))
+    return absl::ResourceExhaustedError(
+        absl::StrCat("HELLO: session limit of ", config_.max_sessions, " reached"));
+  std::optional<Layout> layout;
+  if (h.has_layout()) {
+    layout = FromWire(h.layout());
+    if (layout->PageBytes() > store_->MaxPageBytes())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HELLO: pages of layout ", layout->DebugString(), " are ", layout->PageBytes(),
+          " bytes; this daemon's tiers hold pages up to ", store_->MaxPageBytes(), " bytes"));
+  }
+  Session& s = sessions_.Create(routing_id);
+  s.tenant = tenant;
+  s.ns = tenant_ns_.at(tenant->name);
+  s.layout = layout;
+  s.page_bytes = layout ? layout->PageBytes() : 0;
+  s.client_name = h.client_name().substr(0, 128);
+  spdlog::info("session opened: tenant '{}', client '{}', layout {}", tenant->name, s.client_name,
+               layout ? layout->DebugString() : "none");
+  Reply reply;
+  auto* hr = reply.response.mutable_hello();
+  hr->set_session_id(s.id);
+  hr->set_namespace_(tenant->name);
+  hr->set_page_bytes(s.page_bytes);
+  hr->set_layout_id(layout ? layout->Id() : 0);
+  hr->set_max_keys_per_request(kMaxKeysPerRequest);
+  return reply;
+}
+
+absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRequest& d) {
+  const wire::RegisterBuffer& r = d.request.register_buffer();
+  // The daemon's own arenas are never a client buffer, whatever the name.
+  if (absl::StartsWith(r.shm_name(), "/kvtier-host") ||
+      (!config_.host.shm_name.empty() && r.shm_name() == config_.host.shm_name))
+    return absl::PermissionDeniedError(
+        absl::StrCat("REGISTER_BUFFER: '", r.shm_name(), "' is reserved for the daemon"));
+  if (s.buffers.size() >= static_cast<size_t>(config_.max_buffers_per_session))
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "REGISTER_BUFFER: at most ", config_.max_buffers_per_session, " buffers per session"));
+  ASSIGN_OR_RETURN(auto buffer, ClientBuffer::Map(r.shm_name(), r.size()));
+  uint32_t id = s.next_buffer_id++;
+  s.buffers.emplace(id, std::move(buffer));
+  Reply reply;
+  reply.response.mutable_register_buffer()->set_buffer_id(id);
+  return reply;
+}
+
+absl::StatusOr<Daemon::Reply> Daemon::HandleUnregister(Session& s, const DecodedRequest& d) {
+  uint32_t id = d.request.unregister_buffer().buffer_id();
+  // In-flight copies hold their own reference; the mapping goes with the last.
+  if (s.buffers.erase(id) == 0)
+    return absl::NotFoundError(absl::StrCat("UNREGISTER_BUFFER: buffer ", id, " is not registered"));
+  Reply reply;
+  reply.response.mutable_unregister_buffer();
+  return reply;
+}
+
+absl::StatusOr<std::shared_ptr<ClientBuffer>> Daemon::FindBuffer(Session& s, uint32_t buffer_id,
+                                                                 absl::string_view op) {
+  auto it = s.buffers.find(buffer_id);
+  if (it == s.buffers.end())
+    return absl::NotFoundError(
+        absl::StrCat(op, ": buffer ", buffer_id, " is not registered in this session"));
+  return it->second;
+}
+
+absl::StatusOr<Daemon::Reply> Daemon::HandleLookup(Session& s, const DecodedRequest& d) {
+  tiers::LookupResult result = store_->Lookup(s.ns, d.keys);
+  Reply reply;
+  auto* lr = reply.response.mutable_lookup();
+  lr->set_hits(result.hits);
+  std::string tiers(result.tiers.size(), '\0');
+  for (size_t i = 0; i < result.tiers.size(); ++i) tiers[i] = static_cast<char>(result.tiers[i]);
+  lr->set_tiers(std::move(tiers));
+  return reply;
+}
+
+absl::StatusOr<Daemon::Reply> Daemon::HandleDelete(Session& s, const DecodedRequest& d) {
+  uint32_t deleted = 0;
+  for (const PageKey& k : d.keys) deleted += store_->Delete(s.ns, k) ? 1 : 0;
+  Reply reply;
+  reply.response.mutable_delete_()->set_deleted(deleted);
+  return reply;
+}
+
+absl::StatusOr<Daemon::Reply> Daemon::HandleStats(Session& s, const DecodedRequest&) {
+  Reply reply;
+  *reply.response.mutable_stats() = BuildStats(s);
+  return reply;
+}
+
+// Inline GET sends pages zero-copy from their slots: each frame owns a pin
+// that the ZeroMQ I/O thread releases once the bytes are on the wire.
+absl::StatusOr<Daemon::Reply> Daemon::HandleGetInline(Session& s, const DecodedRequest& d) {
+  RETURN_IF_ERROR(NeedLayout(s, "GET"));
+  Reply reply;
+  std::string tiers(d.keys.size(), '\0');
+  for (size_t i = 0; i < d.keys.size(); ++i) {
+    std::optional<tiers::PagePin> pin = store_->PinForRead(s.ns, d.keys[i]);
+    if (!pin || pin->bytes() != s.page_bytes) continue;  // absent, or another layout's page
+    tiers[i] = static_cast<char>(pin->tier());
+    if (const uint8_t* data = pin->data()) {
+      auto* owned = new tiers::PagePin(*std::move(pin));
+      reply.payloads.emplace_back(const_cast<uint8_t*>(data), owned->bytes(), &FreePin, owned);
+    } else {
+      zmq::message_t msg(pin->bytes());
+      RETURN_IF_ERROR(pin->CopyTo(msg.data()));
+      reply.payloads.push_back(std::move(msg));
+    }
+  }
+  reply.response.mutable_get()->set_tiers(std::move(tiers));
+  return reply;
+}
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,119 @@
+// kvtierd: the kvtier daemon. With no flags it serves the default tenant on
+// the default ipc socket with a 1 GiB host tier; `--help` lists the flags and
+// `--flagfile=FILE` reads them from a file.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "daemon/daemon.h"
+#include "daemon/tenants.h"
+#include "kvtier/paths.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, socket, "", "ipc socket path (default $XDG_RUNTIME_DIR/kvtier/kvtierd.sock or /tmp/kvtier-$UID/kvtierd.sock); 'none' disables ipc");
+ABSL_FLAG(std::string, tcp, "", "tcp endpoint for remote clients, e.g. tcp://127.0.0.1:7450 (default: none)");
+ABSL_FLAG(bool, allow_non_loopback_tcp, false, "allow --tcp on a non-loopback address");
+ABSL_FLAG(std::string, state_dir, "", "state directory (default $XDG_STATE_HOME/kvtier or ~/.local/state/kvtier)");
+ABSL_FLAG(std::string, tenants_file, "", "JSON tenants file; without it one token-less admin tenant 'default' exists");
+ABSL_FLAG(std::string, host_bytes, "1GiB", "host (RAM) tier capacity, e.g. 1GiB, 512MiB");
+ABSL_FLAG(std::string, host_slab_bytes, "16MiB", "host arena slab size (the largest page the host tier holds)");
+ABSL_FLAG(std::string, hugepages, "auto", "host arena hugepages: auto, on, off");
+ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
+ABSL_FLAG(double, low_watermark, 0.90, "background eviction stops below this fraction of a tier");
+ABSL_FLAG(int, copy_threads, 2, "copy engine worker threads");
+ABSL_FLAG(int, max_sessions, 1024, "maximum concurrent sessions");
+ABSL_FLAG(int, session_idle_timeout_s, 1800, "drop sessions idle for this many seconds");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+// Blocks SIGINT/SIGTERM in every thread and waits for them on one thread, so
+// shutdown is an ordinary flag the frontend polls.
+std::thread StartSignalThread() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return std::thread([set] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    spdlog::info("received {}, stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    g_stop = true;
+  });
+}
+
+absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
+  using kvtier::daemon::ParseBytes;
+  kvtier::daemon::DaemonConfig c;
+  c.ipc_socket = absl::GetFlag(FLAGS_socket);
+  c.tcp_endpoint = absl::GetFlag(FLAGS_tcp);
+  if (c.ipc_socket.empty()) c.ipc_socket = kvtier::DefaultSocketPath();
+  if (c.ipc_socket == "none") c.ipc_socket.clear();
+  c.allow_non_loopback_tcp = absl::GetFlag(FLAGS_allow_non_loopback_tcp);
+  c.state_dir = absl::GetFlag(FLAGS_state_dir);
+  c.tenants_file = absl::GetFlag(FLAGS_tenants_file);
+  auto host_bytes = ParseBytes(absl::GetFlag(FLAGS_host_bytes));
+  if (!host_bytes.ok()) return absl::InvalidArgumentError(std::string("--host_bytes: ") + std::string(host_bytes.status().message()));
+  auto slab_bytes = ParseBytes(absl::GetFlag(FLAGS_host_slab_bytes));
+  if (!slab_bytes.ok()) return absl::InvalidArgumentError(std::string("--host_slab_bytes: ") + std::string(slab_bytes.status().message()));
+  c.host.capacity_bytes = *host_bytes;
+  c.host.slab_bytes = *slab_bytes;
+  std::string huge = absl::GetFlag(FLAGS_hugepages);
+  if (huge == "auto") c.host.hugepages = kvtier::tiers::HugepageMode::kAuto;
+  else if (huge == "on") c.host.hugepages = kvtier::tiers::HugepageMode::kOn;
+  else if (huge == "off") c.host.hugepages = kvtier::tiers::HugepageMode::kOff;
+  else return absl::InvalidArgumentError("--hugepages must be auto, on or off");
+  c.store.high_watermark = absl::GetFlag(FLAGS_high_watermark);
+  c.store.low_watermark = absl::GetFlag(FLAGS_low_watermark);
+  c.copy_threads = absl::GetFlag(FLAGS_copy_threads);
+  c.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  c.session_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_session_idle_timeout_s));
+  return c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view f) { return absl::StrContains(f, "kvtierd"); };
+  usage.version_string = [] { return std::string("kvtierd " KVTIER_VERSION "\n"); };
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage("kvtierd: tiered KV-cache daemon. Usage: kvtierd [--flag=value ...] [--flagfile=FILE]");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvtierd: %v");
+
+  auto config = ConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "kvtierd: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  std::thread signals = StartSignalThread();
+  auto daemon = kvtier::daemon::Daemon::Create(*std::move(config));
+  if (!daemon.ok()) {
+    std::fprintf(stderr, "kvtierd: %s\n", daemon.status().ToString().c_str());
+    std::_Exit(1);
+  }
+  spdlog::info("kvtierd {} ready", KVTIER_VERSION);
+  absl::Status st = (*daemon)->Run(g_stop);
+  daemon->reset();
+  if (!g_stop) pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
+  if (!st.ok()) {
+    spdlog::error("{}", st.ToString());
+    return 1;
+  }
+  spdlog::info("stopped cleanly");
+  return 0;
+}

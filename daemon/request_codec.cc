@@ -1,0 +1,151 @@
+// Structural validation of requests; see request_codec.h.
+#include "daemon/request_codec.h"
+
+#include "absl/strings/str_cat.h"
+#include "kvtier/layout.h"
+#include "kvtier/status_macros.h"
+
+namespace kvtier::daemon {
+namespace {
+
+absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError(what); }
+
+absl::StatusOr<std::vector<PageKey>> DecodeKeys(const std::string& packed, absl::string_view op) {
+  if (packed.empty()) return Invalid(absl::StrCat(op, ": no keys"));
+  auto keys = UnpackKeys(packed);
+  if (!keys.ok()) return Invalid(absl::StrCat(op, ": ", keys.status().message()));
+  if (keys->size() > kMaxKeysPerRequest)
+    return Invalid(absl::StrCat(op, ": ", keys->size(), " keys, at most ", kMaxKeysPerRequest,
+                                " per request"));
+  return keys;
+}
+
+absl::Status CheckHello(const wire::Hello& h) {
+  if (h.tenant().empty() || h.tenant().size() > 256)
+    return Invalid("HELLO: tenant name must be 1-256 bytes");
+  if (h.token().size() > 4096) return Invalid("HELLO: token longer than 4096 bytes");
+  if (h.has_layout()) {
+    const auto& l = h.layout();
+    Layout layout{l.layers(), l.kv_heads(), l.head_dim(), l.tokens_per_page(),
+                  static_cast<Dtype>(l.dtype())};
+    RETURN_IF_ERROR(layout.Validate());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRegister(const wire::RegisterBuffer& r) {
+  const std::string& n = r.shm_name();
+  if (n.size() < 2 || n.size() > 255 || n[0] != '/' || n.find('/', 1) != std::string::npos ||
+      n.find('\0') != std::string::npos)
+    return Invalid(absl::StrCat("REGISTER_BUFFER: shm name '", n.substr(0, 64),
+                                "' must look like \"/name\" (one leading slash, <= 255 bytes)"));
+  if (r.size() == 0) return Invalid("REGISTER_BUFFER: size must be > 0");
+  return absl::OkStatus();
+}
+
+// GET/PUT: either a registered buffer with one offset per key, or inline.
+absl::Status CheckTransfer(absl::string_view op, uint32_t buffer_id, int offsets, size_t keys,
+                           size_t payloads, bool inline_payloads_expected) {
+  if (buffer_id != 0) {
+    if (static_cast<size_t>(offsets) != keys)
+      return Invalid(absl::StrCat(op, ": ", offsets, " offsets for ", keys, " keys"));
+    if (payloads != 0)
+      return Invalid(absl::StrCat(op, ": payload frames sent with a buffer transfer"));
+    return absl::OkStatus();
+  }
+  if (offsets != 0) return Invalid(absl::StrCat(op, ": offsets given without a buffer_id"));
+  size_t want = inline_payloads_expected ? keys : 0;
+  if (payloads != want)
+    return Invalid(absl::StrCat(op, ": ", payloads, " payload frames, expected ", want));
+  return absl::OkStatus();
+}
+
+absl::Status DecodeBody(DecodedRequest& d, absl::Span<const absl::string_view> payloads) {
+  const wire::Request& r = d.request;
+  switch (r.body_case()) {
+    case wire::Request::kHello: return CheckHello(r.hello());
+    case wire::Request::kRegisterBuffer: return CheckRegister(r.register_buffer());
+    case wire::Request::kUnregisterBuffer:
+    case wire::Request::kStats:
+    case wire::Request::kBye: return absl::OkStatus();
+    case wire::Request::kLookup: {
+      ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.lookup().keys(), "LOOKUP"));
+      return absl::OkStatus();
+    }
+    case wire::Request::kDelete: {
+      ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.delete_().keys(), "DELETE"));
+      return absl::OkStatus();
+    }
+    case wire::Request::kGet: {
+      ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.get().keys(), "GET"));
+      return CheckTransfer("GET", r.get().buffer_id(), r.get().offsets_size(), d.keys.size(),
+                           payloads.size(), false);
+    }
+    case wire::Request::kPut: {
+      ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.put().keys(), "PUT"));
+      const std::string& parent = r.put().parent();
+      if (!parent.empty() && parent.size() != kPageKeyBytes)
+        return Invalid(absl::StrCat("PUT: parent key is ", parent.size(), " bytes, want 0 or 16"));
+      if (!parent.empty()) d.parent = PageKey::FromBytes(parent.data());
+      RETURN_IF_ERROR(CheckTransfer("PUT", r.put().buffer_id(), r.put().offsets_size(),
+                                    d.keys.size(), payloads.size(), true));
+      d.payloads.assign(payloads.begin(), payloads.end());
+      return absl::OkStatus();
+    }
+    case wire::Request::BODY_NOT_SET: break;
+  }
+  return Invalid("request has no body or an unknown request type");
+}
+
+}  // namespace
+
+absl::StatusOr<DecodedRequest> DecodeRequest(absl::Span<const absl::string_view> frames,
+                                             uint64_t* request_id) {
+  *request_id = 0;
+  if (frames.empty()) return Invalid("empty message: expected a request header frame");
+  DecodedRequest d;
+  if (!d.request.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size())))
+    return Invalid(absl::StrCat("malformed request header (", frames[0].size(),
+                                " bytes are not a kvtier.wire.Request)"));
+  *request_id = d.request.request_id();
+  if (d.request.version() != kProtocolVersion)
+    return absl::FailedPreconditionError(
+        absl::StrCat("unsupported protocol version ", d.request.version(), " (kvtierd speaks ",
+                     kProtocolVersion, ")"));
+  bool is_hello = d.request.body_case() == wire::Request::kHello;
+  if (!is_hello && d.request.session_id().size() != kSessionIdBytes)
+    return absl::UnauthenticatedError(absl::StrCat(
+        "no session: send HELLO first (", RequestName(d.request), " without a session id)"));
+  if (d.request.body_case() != wire::Request::kPut && frames.size() > 1)
+    return Invalid(absl::StrCat(RequestName(d.request), ": unexpected ", frames.size() - 1,
+                                " payload frames"));
+  RETURN_IF_ERROR(DecodeBody(d, frames.subspan(1)));
+  return d;
+}
+
+absl::string_view RequestName(const wire::Request& request) {
+  switch (request.body_case()) {
+    case wire::Request::kHello: return "HELLO";
+    case wire::Request::kRegisterBuffer: return "REGISTER_BUFFER";
+    case wire::Request::kUnregisterBuffer: return "UNREGISTER_BUFFER";
+    case wire::Request::kLookup: return "LOOKUP";
+    case wire::Request::kGet: return "GET";
+    case wire::Request::kPut: return "PUT";
+    case wire::Request::kDelete: return "DELETE";
+    case wire::Request::kStats: return "STATS";
+    case wire::Request::kBye: return "BYE";
+    case wire::Request::BODY_NOT_SET: break;
+  }
+  return "UNKNOWN";
+}
+
+wire::Response ErrorResponse(uint64_t request_id, const absl::Status& status) {
+  wire::Response r;
+  r.set_version(kProtocolVersion);
+  r.set_request_id(request_id);
+  r.set_code(static_cast<wire::Code>(ToErrorCode(status.code())));
+  r.set_message(std::string(status.message()));
+  return r;
+}
+
+}  // namespace kvtier::daemon

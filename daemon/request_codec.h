@@ -1,0 +1,43 @@
+// Decoding and structural validation of client requests. Everything a client
+// sends passes through DecodeRequest before any handler sees it, so this is
+// the fuzzing surface (tests/fuzz/request_decoder_fuzz.cc). It checks shape
+// only (version, sizes, counts); authorization and buffer bounds are checked
+// by the handlers, which know the session.
+#pragma once
+
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kvtier.pb.h"
+#include "kvtier/errors.h"
+#include "kvtier/page_key.h"
+
+namespace kvtier::daemon {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kMaxKeysPerRequest = 4096;
+inline constexpr size_t kSessionIdBytes = 16;
+
+struct DecodedRequest {
+  wire::Request request;
+  std::vector<PageKey> keys;                  // LOOKUP/GET/PUT/DELETE
+  PageKey parent;                             // PUT
+  std::vector<absl::string_view> payloads;     // inline PUT pages (views into frames)
+};
+
+// frames[0] is the serialized Request; frames[1..] are payload frames.
+// On error the request id (when the header parsed) is kept in *request_id so
+// the reply can echo it.
+absl::StatusOr<DecodedRequest> DecodeRequest(absl::Span<const absl::string_view> frames,
+                                             uint64_t* request_id);
+
+// Name of the request type, for logs and errors ("GET", "PUT", ...).
+absl::string_view RequestName(const wire::Request& request);
+
+// An error Response with the code and message of `status`.
+wire::Response ErrorResponse(uint64_t request_id, const absl::Status& status);
+
+}  // namespace kvtier::daemon

@@ -1,0 +1,98 @@
+// STATS: a snapshot of the store plus process figures. A session sees its own
+// namespace only, unless its tenant is an admin.
+#include <fstream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "daemon/daemon.h"
+
+namespace kvtier::daemon {
+namespace {
+
+// Reads "VmRSS:" and "RssAnon:" (kB) from /proc/self/status.
+void ReadRss(uint64_t* rss, uint64_t* anon) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (parts.size() < 2) continue;
+    uint64_t kb = 0;
+    if (!absl::SimpleAtoi(parts[1], &kb)) continue;
+    if (parts[0] == "VmRSS:") *rss = kb * 1024;
+    if (parts[0] == "RssAnon:") *anon = kb * 1024;
+  }
+}
+
+void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
+  out->set_name(std::string(tiers::TierName(t.kind)));
+  out->set_capacity_bytes(t.capacity_bytes);
+  out->set_used_bytes(t.used_bytes);
+  out->set_pages(t.pages);
+  out->set_hits(t.hits);
+  out->set_misses(t.misses);
+  out->set_evictions(t.evictions);
+  out->set_bytes_in(t.bytes_in);
+  out->set_bytes_out(t.bytes_out);
+  out->set_pinned_pages(t.pinned_pages);
+  out->set_backing(t.backing);
+}
+
+void FillNamespace(const tiers::NamespaceSnapshot& n, wire::NamespaceStats* out) {
+  out->set_name(n.name);
+  out->set_pages(n.pages);
+  out->set_bytes(n.bytes);
+  out->set_lookup_hits(n.lookup_hits);
+  out->set_lookup_misses(n.lookup_misses);
+  out->set_get_hits(n.get_hits);
+  out->set_get_misses(n.get_misses);
+  out->set_puts(n.puts);
+  out->set_dedup_puts(n.dedup_puts);
+  out->set_quota_evictions(n.quota_evictions);
+  for (const auto& [tier, bytes] : n.tier_bytes)
+    (*out->mutable_tier_bytes())[std::string(tiers::TierName(tier))] = bytes;
+  for (const auto& [tier, bytes] : n.tier_quota_bytes)
+    if (bytes > 0) (*out->mutable_tier_quota_bytes())[std::string(tiers::TierName(tier))] = bytes;
+}
+
+}  // namespace
+
+wire::StatsReply Daemon::BuildStats(const Session& s) const {
+  wire::StatsReply out;
+  tiers::StoreSnapshot snap = store_->Snapshot();
+  auto* d = out.mutable_daemon();
+  d->set_version(KVTIER_VERSION);
+  d->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+  d->set_sessions(static_cast<uint32_t>(sessions_.size()));
+  d->set_requests(requests_);
+  d->set_request_errors(request_errors_);
+  uint64_t rss = 0, anon = 0;
+  ReadRss(&rss, &anon);
+  d->set_rss_bytes(rss);
+  d->set_rss_anon_bytes(anon);
+  d->set_index_pages(snap.index_pages);
+  bool admin = s.tenant && s.tenant->admin;
+  // Tier-wide counters sum over every namespace, so only admins see them;
+  // others get the shape of the tiers and their own namespace's figures.
+  for (const auto& t : snap.tiers) {
+    wire::TierStats* ts = out.add_tiers();
+    if (admin) {
+      FillTier(t, ts);
+    } else {
+      ts->set_name(std::string(tiers::TierName(t.kind)));
+      ts->set_capacity_bytes(t.capacity_bytes);
+      ts->set_backing(t.backing);
+    }
+  }
+  if (!admin) {
+    d->set_sessions(0);
+    d->set_requests(0);
+    d->set_request_errors(0);
+    d->set_index_pages(0);
+  }
+  for (const auto& n : snap.namespaces)
+    if (admin || n.id == s.ns) FillNamespace(n, out.add_namespaces());
+  return out;
+}
+
+}  // namespace kvtier::daemon

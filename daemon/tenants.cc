@@ -1,0 +1,130 @@
+// Tenants file parsing and token checks.
+#include "daemon/tenants.h"
+
+#include <openssl/crypto.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace kvtier::daemon {
+namespace {
+
+absl::StatusOr<tiers::TierKind> ParseTierName(absl::string_view name) {
+  if (name == "hbm") return tiers::TierKind::kHbm;
+  if (name == "host") return tiers::TierKind::kHost;
+  if (name == "nvme") return tiers::TierKind::kNvme;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown tier '", name, "' (want hbm, host or nvme)"));
+}
+
+absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view where) {
+  if (!t.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+  Tenant tenant;
+  if (!t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": \"name\" must be a non-empty string"));
+  tenant.name = t["name"].get<std::string>();
+  if (!t.contains("token") || !t["token"].is_string() || t["token"].get<std::string>().size() < 8)
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " (", tenant.name, "): \"token\" must be a string of at least 8 characters"));
+  tenant.token = t["token"].get<std::string>();
+  if (t.contains("admin")) {
+    if (!t["admin"].is_boolean())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"admin\" must be true or false"));
+    tenant.admin = t["admin"].get<bool>();
+  }
+  if (t.contains("quota")) {
+    if (!t["quota"].is_object())
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"quota\" must be an object"));
+    for (const auto& [tier_name, value] : t["quota"].items()) {
+      auto tier = ParseTierName(tier_name);
+      if (!tier.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", tier.status().message()));
+      std::string text = value.is_number_unsigned() ? std::to_string(value.get<uint64_t>())
+                         : value.is_string()         ? value.get<std::string>()
+                                                     : std::string("?");
+      auto bytes = ParseBytes(text);
+      if (!bytes.ok())
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": quota.", tier_name, ": ", bytes.status().message()));
+      tenant.quota_bytes[*tier] = *bytes;
+    }
+  }
+  return tenant;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseBytes(absl::string_view text) {
+  std::string s = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  double number = 0;
+  if (i == 0 || !absl::SimpleAtod(s.substr(0, i), &number) || number < 0)
+    return absl::InvalidArgumentError(absl::StrCat("not a byte size: '", text, "'"));
+  std::string unit = s.substr(i);
+  uint64_t mult = 1;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") mult = 1ull << 10;
+  else if (unit == "m" || unit == "mb" || unit == "mib") mult = 1ull << 20;
+  else if (unit == "g" || unit == "gb" || unit == "gib") mult = 1ull << 30;
+  else if (unit == "t" || unit == "tb" || unit == "tib") mult = 1ull << 40;
+  else return absl::InvalidArgumentError(absl::StrCat("unknown size unit in '", text, "'"));
+  double bytes = number * double(mult);
+  if (bytes > 9.0e18) return absl::InvalidArgumentError(absl::StrCat("size too large: '", text, "'"));
+  return static_cast<uint64_t>(bytes);
+}
+
+absl::StatusOr<TenantRegistry> TenantRegistry::Parse(absl::string_view json, absl::string_view origin) {
+  nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded())
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": not valid JSON"));
+  if (!doc.is_object() || !doc.contains("tenants") || !doc["tenants"].is_array())
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": expected {\"tenants\": [...]}"));
+  TenantRegistry reg;
+  size_t index = 0;
+  for (const auto& t : doc["tenants"]) {
+    auto tenant = ParseTenant(t, absl::StrCat(origin, ": tenants[", index++, "]"));
+    if (!tenant.ok()) return tenant.status();
+    for (const Tenant& other : reg.tenants_)
+      if (other.name == tenant->name)
+        return absl::InvalidArgumentError(
+            absl::StrCat(origin, ": tenant '", tenant->name, "' is listed twice"));
+    reg.tenants_.push_back(*std::move(tenant));
+  }
+  if (reg.tenants_.empty())
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": no tenants defined"));
+  return reg;
+}
+
+absl::StatusOr<TenantRegistry> TenantRegistry::LoadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read tenants file ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Parse(ss.str(), path);
+}
+
+TenantRegistry TenantRegistry::Default() {
+  TenantRegistry reg;
+  reg.tenants_.push_back(Tenant{.name = "default", .token = "", .admin = true, .quota_bytes = {}});
+  return reg;
+}
+
+absl::StatusOr<const Tenant*> TenantRegistry::Authenticate(absl::string_view name,
+                                                           absl::string_view token) const {
+  for (const Tenant& t : tenants_) {
+    if (t.name != name) continue;
+    if (t.token.empty()) return &t;
+    if (t.token.size() == token.size() &&
+        CRYPTO_memcmp(t.token.data(), token.data(), token.size()) == 0)
+      return &t;
+    break;
+  }
+  return absl::UnauthenticatedError("unknown tenant or bad token");
+}
+
+}  // namespace kvtier::daemon
