@@ -15,7 +15,7 @@ void ReadRss(uint64_t* rss, uint64_t* anon) {
   std::ifstream in("/proc/self/status");
   std::string line;
   while (std::getline(in, line)) {
-    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     if (parts.size() < 2) continue;
     uint64_t kb = 0;
     if (!absl::SimpleAtoi(parts[1], &kb)) continue;

@@ -3,6 +3,7 @@
 // registered shm buffer, then serves the same prompt again: LOOKUP (warm),
 // GET into a fresh part of the buffer, and checks every byte.
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <numeric>
 
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
   if (!shm.ok()) return Die(shm.status());
   auto buf = c.RegisterBuffer((*shm)->name(), (*shm)->size());
   if (!buf.ok()) return Die(buf.status());
+  // An inference engine's KV arena is long since touched; fault it in now so
+  // the timings below show copies, not first-touch page faults.
+  std::memset((*shm)->data(), 0, (*shm)->size());
   std::vector<uint64_t> put_off(keys.size()), get_off(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     put_off[i] = i * pb;
@@ -84,17 +88,22 @@ int main(int argc, char** argv) {
   auto got = c.Get(keys, *buf, get_off);
   if (!got.ok()) return Die(got.status());
   auto t4 = std::chrono::steady_clock::now();
-  size_t ok = 0;
+  size_t ok = 0, hits = 0;
+  for (size_t i = 0; i < keys.size(); ++i) hits += (*got)[i] != kvtier::TierKind::kNone;
   for (size_t i = 0; i < keys.size(); ++i)
     if ((*got)[i] != kvtier::TierKind::kNone &&
         kvtier::tools::CheckPattern(keys[i], (*shm)->data() + get_off[i], pb) == pb)
       ++ok;
   double gib = double(keys.size() * pb) / (1 << 30);
-  std::printf("request 2: LOOKUP %u/%zu hits; GET %zu pages, %zu byte-exact, %.2f ms (%.2f GiB/s)\n",
-              warm->hits, keys.size(), keys.size(), ok, Ms(t3, t4), gib / (Ms(t3, t4) / 1000));
-  if (ok != keys.size()) {
-    std::fprintf(stderr, "kvtier-demo: %zu pages came back wrong or missing\n", keys.size() - ok);
+  std::printf("request 2: LOOKUP %u/%zu hits; GET %zu hits, %zu byte-exact, %.2f ms (%.2f GiB/s)\n",
+              warm->hits, keys.size(), hits, ok, Ms(t3, t4), gib / (Ms(t3, t4) / 1000));
+  if (ok != hits || hits < put->stored) {
+    std::fprintf(stderr, "kvtier-demo: %zu of %zu pages came back wrong or missing\n",
+                 keys.size() - ok, keys.size());
     return 1;
   }
+  if (put->not_stored > 0)
+    std::printf("note: %u pages did not fit the host tier (prompt larger than the cache)\n",
+                put->not_stored);
   return 0;
 }
