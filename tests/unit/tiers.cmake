@@ -1,0 +1,12 @@
+# tiers_test: unit tests of the store (tiers/). Included from
+# tests/CMakeLists.txt; paths are relative to the project root.
+kvtier_test(
+  NAME tiers_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/tiers_test.cc
+       ${PROJECT_SOURCE_DIR}/tests/unit/tiers_manager_test.cc
+       ${PROJECT_SOURCE_DIR}/tests/unit/tiers_eviction_test.cc
+       ${PROJECT_SOURCE_DIR}/tests/unit/tiers_concurrency_test.cc
+  DEPS kvtier_tiers PkgConfig::XXHASH Threads::Threads
+  LABELS unit
+  TIMEOUT 120)
+target_include_directories(tiers_test PRIVATE ${PROJECT_SOURCE_DIR})

@@ -1,0 +1,89 @@
+// Helpers shared by the tiers_test sources: small host tiers, keys from
+// integers, and one-call PUTs.
+#pragma once
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tiers/host_tier.h"
+#include "tiers/tier_manager.h"
+
+namespace kvtier::tiers::testing {
+
+inline PageKey Key(uint64_t i) {
+  PageKey k;
+  std::memcpy(k.bytes.data(), &i, sizeof(i));
+  k.bytes[15] = 0x5a;  // never the zero key
+  return k;
+}
+
+inline std::unique_ptr<Tier> HostTier(uint64_t capacity, uint64_t slab) {
+  HostTierConfig c;
+  c.capacity_bytes = capacity;
+  c.slab_bytes = slab;
+  c.hugepages = HugepageMode::kOff;
+  auto t = CreateHostTier(c);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return std::move(t).value();
+}
+
+inline TierManagerConfig NoThreadConfig() {
+  TierManagerConfig c;
+  c.start_evictor_thread = false;
+  c.index_shards = 4;
+  return c;
+}
+
+// A manager over host tiers of `pages_per_tier[i]` pages of `page` bytes.
+inline std::unique_ptr<TierManager> MakeManager(std::vector<uint64_t> pages_per_tier, uint64_t page,
+                                                TierManagerConfig config = NoThreadConfig()) {
+  std::vector<std::unique_ptr<Tier>> tiers;
+  for (uint64_t n : pages_per_tier) tiers.push_back(HostTier(n * page, page));
+  auto m = TierManager::Create(config, std::move(tiers));
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::move(m).value();
+}
+
+inline std::vector<uint8_t> Bytes(uint64_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& b : v) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<uint8_t>(x);
+  }
+  return v;
+}
+
+// Reserve + Fill + Commit. Returns the status of Reserve (OK when deduped).
+inline absl::Status Put(TierManager& m, NamespaceId ns, const PageKey& key, const PageKey& parent,
+                        const std::vector<uint8_t>& data) {
+  auto r = m.Reserve(ns, key, parent, data.size());
+  if (!r.ok()) return r.status();
+  if (r->outcome == PutOutcome::kDeduplicated) return absl::OkStatus();
+  if (auto s = r->reservation.Fill(data.data()); !s.ok()) return s;
+  r->reservation.Commit();
+  return absl::OkStatus();
+}
+
+inline absl::Status Put(TierManager& m, NamespaceId ns, uint64_t key, uint64_t page) {
+  return Put(m, ns, Key(key), PageKey::Zero(), Bytes(page, key));
+}
+
+inline bool Has(TierManager& m, NamespaceId ns, uint64_t key) {
+  PageKey k = Key(key);
+  return m.Lookup(ns, absl::MakeConstSpan(&k, 1)).hits == 1;
+}
+
+inline NamespaceId AddNs(TierManager& m, const std::string& name,
+                         absl::flat_hash_map<TierKind, uint64_t> quota = {}) {
+  NamespaceConfig c;
+  c.name = name;
+  c.quota_bytes = std::move(quota);
+  auto id = m.AddNamespace(c);
+  EXPECT_TRUE(id.ok()) << id.status();
+  return *id;
+}
+
+}  // namespace kvtier::tiers::testing

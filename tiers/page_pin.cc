@@ -1,0 +1,108 @@
+// Entry lifetime: pins, the PagePin handle, freeing detached entries, and the
+// parent links that make eviction leaf-first. A PagePin may be dropped on any
+// thread (a ZeroMQ I/O thread releasing a zero-copy frame), so unpinning only
+// takes the entry's shard lock.
+#include "tiers/tier_manager.h"
+#include "tiers/tier_manager_impl.h"
+
+namespace kvtier::tiers {
+
+void TierManager::Impl::PinLocked(PageEntry* e) {
+  if (e->pins++ == 0) tiers[e->tier]->pinned_pages.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool TierManager::Impl::UnpinLocked(PageEntry* e) {
+  if (--e->pins > 0) return false;
+  tiers[e->tier]->pinned_pages.fetch_sub(1, std::memory_order_relaxed);
+  return e->detached();
+}
+
+void TierManager::Impl::Unpin(PageEntry* e) {
+  IndexShard& shard = index.ShardFor(e->ns, e->key);
+  bool free_now;
+  {
+    absl::MutexLock lock(&shard.mu);
+    free_now = UnpinLocked(e);
+  }
+  if (free_now) FreeEntry(e);
+}
+
+void TierManager::Impl::FreeEntry(PageEntry* e) {
+  tiers[e->tier]->tier->Free(e->slot);
+  Uncharge(e->ns, e->tier, e->slot.bytes);
+  delete e;
+}
+
+void TierManager::Impl::DetachEntryLocked(IndexShard& shard, PageEntry* e) {
+  shard.DetachLocked(e);
+  tiers[e->tier]->pages.fetch_sub(1, std::memory_order_relaxed);
+  if (NamespaceState* ns = Ns(e->ns)) ns->pages.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bool TierManager::Impl::AttachToParent(NamespaceId ns, const PageKey& parent) {
+  IndexShard& shard = index.ShardFor(ns, parent);
+  absl::MutexLock lock(&shard.mu);
+  PageEntry* p = shard.FindLocked(ns, parent);
+  if (p != nullptr) ++p->resident_children;
+  return p != nullptr;
+}
+
+void TierManager::Impl::DetachFromParent(NamespaceId ns, const PageKey& parent) {
+  IndexShard& shard = index.ShardFor(ns, parent);
+  absl::MutexLock lock(&shard.mu);
+  // The parent may have been replaced since the child counted itself; the
+  // count is an eviction hint, so clamping at zero is enough.
+  PageEntry* p = shard.FindLocked(ns, parent);
+  if (p != nullptr && p->resident_children > 0) --p->resident_children;
+}
+
+void TierManager::Impl::TouchKey(NamespaceId ns, const PageKey& key) {
+  IndexShard& shard = index.ShardFor(ns, key);
+  absl::MutexLock lock(&shard.mu);
+  if (PageEntry* e = shard.FindLocked(ns, key)) shard.TouchLocked(e, NextStamp());
+}
+
+PagePin::PagePin(PagePin&& other) noexcept : mgr_(other.mgr_), entry_(other.entry_) {
+  other.mgr_ = nullptr;
+  other.entry_ = nullptr;
+}
+
+PagePin& PagePin::operator=(PagePin&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    mgr_ = other.mgr_;
+    entry_ = other.entry_;
+    other.mgr_ = nullptr;
+    other.entry_ = nullptr;
+  }
+  return *this;
+}
+
+PagePin::~PagePin() { Reset(); }
+
+void PagePin::Reset() {
+  if (entry_ != nullptr) mgr_->impl_->Unpin(entry_);
+  mgr_ = nullptr;
+  entry_ = nullptr;
+}
+
+// The fields read below do not change while the entry is pinned: demotion
+// only moves pages it alone has pinned.
+// An empty pin reads as an empty host page.
+TierKind PagePin::tier() const {
+  return entry_ == nullptr ? TierKind::kHost : mgr_->impl_->tiers[entry_->tier]->tier->kind();
+}
+uint64_t PagePin::bytes() const { return entry_ == nullptr ? 0 : entry_->slot.bytes; }
+uint64_t PagePin::checksum() const { return entry_ == nullptr ? 0 : entry_->checksum; }
+
+const uint8_t* PagePin::data() const {
+  if (entry_ == nullptr) return nullptr;
+  return mgr_->impl_->tiers[entry_->tier]->tier->Address(entry_->slot);
+}
+
+absl::Status PagePin::CopyTo(void* dst) const {
+  if (entry_ == nullptr) return absl::FailedPreconditionError("CopyTo on an empty PagePin");
+  return mgr_->impl_->tiers[entry_->tier]->tier->Read(entry_->slot, 0, dst, entry_->slot.bytes);
+}
+
+}  // namespace kvtier::tiers

@@ -1,0 +1,223 @@
+// The PUT path: dedup, per-namespace quotas, placement in the highest tier
+// with room (evicting when full), and the Reservation that carries a slot
+// from Reserve to Commit. The checksum is computed while the bytes are
+// copied in, so it costs one pass over data that is already in cache.
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "tiers/tier_manager.h"
+#include "tiers/tier_manager_impl.h"
+
+namespace kvtier::tiers {
+namespace {
+
+constexpr uint64_t kFillChunk = 64 << 10;
+
+}  // namespace
+
+bool TierManager::Impl::TryCharge(NamespaceState& ns, size_t t, uint64_t bytes) {
+  Counter& used = ns.tier_bytes[t];
+  if (ns.quota[t] == 0) {
+    used.fetch_add(bytes, std::memory_order_relaxed);
+    return true;
+  }
+  uint64_t cur = used.load(std::memory_order_relaxed);
+  do {
+    if (cur + bytes > ns.quota[t]) return false;
+  } while (!used.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+void TierManager::Impl::Uncharge(NamespaceId ns, size_t t, uint64_t bytes) {
+  if (NamespaceState* s = Ns(ns)) s->tier_bytes[t].fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+bool TierManager::Impl::ChargeQuota(NamespaceId ns, size_t t, uint64_t bytes) {
+  NamespaceState& s = *Ns(ns);
+  if (s.quota[t] != 0 && bytes > s.quota[t]) return false;
+  // Only this namespace's own pages make room under its quota; another
+  // namespace's pages are never evicted on its behalf.
+  while (!TryCharge(s, t, bytes)) {
+    if (EvictOne(t, ns) == 0) return false;
+    s.quota_evictions.fetch_add(1, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t bytes) {
+  Tier& tier = *tiers[t]->tier;
+  // Bounded: with mixed page sizes, freeing a slab may take many evictions,
+  // but a request must never spin; the evictor keeps headroom normally.
+  const uint64_t max_evictions = uint64_t{config.eviction_batch} * 4;
+  for (uint64_t evicted = 0;; ++evicted) {
+    absl::StatusOr<Slot> slot = tier.Allocate(bytes);
+    if (slot.ok() || !absl::IsResourceExhausted(slot.status())) return slot;
+    if (evicted >= max_evictions || EvictOne(t, 0) == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "full (", tier.used_bytes(), " of ", tier.capacity_bytes(), " bytes used, ", evicted,
+          " pages evicted, the rest pinned or busy): ", slot.status().message()));
+    }
+  }
+}
+
+bool TierManager::Impl::Dedup(NamespaceId ns, const PageKey& key, const PageKey& parent) {
+  {
+    IndexShard& shard = index.ShardFor(ns, key);
+    absl::MutexLock lock(&shard.mu);
+    PageEntry* e = shard.FindLocked(ns, key);
+    if (e == nullptr) return false;
+    shard.TouchLocked(e, NextStamp());
+  }
+  // Re-touch the parent so it stays newer than this child (leaf-first).
+  if (!parent.IsZero()) TouchKey(ns, parent);
+  return true;
+}
+
+absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint64_t bytes) {
+  if (!ChargeQuota(ns, t, bytes)) {
+    const NamespaceState& s = *Ns(ns);
+    return absl::ResourceExhaustedError(absl::StrCat("over quota (", s.tier_bytes[t].load(), " of ",
+                                                     s.quota[t],
+                                                     " bytes used, own pages pinned or too few)"));
+  }
+  absl::StatusOr<Slot> slot = AllocateWithEviction(t, bytes);
+  if (!slot.ok()) {
+    Uncharge(ns, t, bytes);
+    return slot.status();
+  }
+  KickEvictorIfHigh(t);
+  return slot;
+}
+
+bool TierManager::Impl::Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t,
+                               const Slot& slot, uint64_t checksum) {
+  auto* e = new PageEntry{key, parent};
+  e->slot = slot;
+  e->checksum = checksum;
+  e->ns = ns;
+  e->tier = static_cast<uint8_t>(t);
+  // Count ourselves in the parent before becoming visible, so an evictor
+  // never sees this page without its parent knowing it has a child.
+  if (!parent.IsZero() && AttachToParent(ns, parent)) e->flags |= PageEntry::kCountedInParent;
+  IndexShard& shard = index.ShardFor(ns, key);
+  {
+    absl::MutexLock lock(&shard.mu);
+    if (shard.FindLocked(ns, key) == nullptr) {
+      shard.InsertLocked(e, NextStamp());
+      tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
+      NamespaceState& s = *Ns(ns);
+      s.pages.fetch_add(1, std::memory_order_relaxed);
+      s.puts.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  if (e->flags & PageEntry::kCountedInParent) DetachFromParent(ns, parent);
+  delete e;
+  return false;
+}
+
+absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey& key,
+                                                   const PageKey& parent, uint64_t bytes) {
+  NamespaceState* state = impl_->Ns(ns);
+  if (state == nullptr) return absl::NotFoundError(absl::StrCat("unknown namespace id ", ns));
+  if (bytes == 0 || bytes > MaxPageBytes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page of ", bytes, " bytes: pages must be 1 to ", MaxPageBytes(), " bytes"));
+  }
+  ReserveResult result;
+  if (impl_->Dedup(ns, key, parent)) {
+    state->dedup_puts.fetch_add(1, std::memory_order_relaxed);
+    result.outcome = PutOutcome::kDeduplicated;
+    return result;
+  }
+  std::string why;
+  for (size_t t = 0; t < impl_->tiers.size(); ++t) {
+    absl::StatusOr<Slot> slot = impl_->ReserveIn(ns, t, bytes);
+    if (!slot.ok()) {
+      absl::StrAppend(&why, why.empty() ? "" : "; ",
+                      std::string(TierName(impl_->tiers[t]->tier->kind())), " tier ", t, ": ",
+                      slot.status().message());
+      continue;
+    }
+    Reservation& r = result.reservation;
+    r.mgr_ = this;
+    r.ns_ = ns;
+    r.key_ = key;
+    r.parent_ = parent;
+    r.tier_ = impl_->tiers[t]->tier->kind();
+    r.tier_index_ = t;
+    r.slot_ = *slot;
+    r.bytes_ = bytes;
+    return result;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("namespace '", state->name,
+                                                   "': no room for a page of ", bytes,
+                                                   " bytes in any tier (", why, ")"));
+}
+
+Reservation::Reservation(Reservation&& other) noexcept { *this = std::move(other); }
+
+Reservation& Reservation::operator=(Reservation&& other) noexcept {
+  if (this == &other) return *this;
+  Release();
+  mgr_ = std::exchange(other.mgr_, nullptr);
+  ns_ = other.ns_;
+  key_ = other.key_;
+  parent_ = other.parent_;
+  tier_ = other.tier_;
+  tier_index_ = other.tier_index_;
+  slot_ = other.slot_;
+  bytes_ = other.bytes_;
+  checksum_ = other.checksum_;
+  filled_ = other.filled_;
+  return *this;
+}
+
+Reservation::~Reservation() { Release(); }
+
+void Reservation::Release() {
+  if (mgr_ == nullptr) return;
+  mgr_->impl_->tiers[tier_index_]->tier->Free(slot_);
+  mgr_->impl_->Uncharge(ns_, tier_index_, bytes_);
+  mgr_ = nullptr;
+}
+
+uint8_t* Reservation::data() {
+  return mgr_ == nullptr ? nullptr : mgr_->impl_->tiers[tier_index_]->tier->Address(slot_);
+}
+
+absl::Status Reservation::Fill(const void* src) {
+  if (mgr_ == nullptr) return absl::FailedPreconditionError("Fill on an empty Reservation");
+  Tier& tier = *mgr_->impl_->tiers[tier_index_]->tier;
+  const auto* in = static_cast<const uint8_t*>(src);
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (uint64_t off = 0; off < bytes_; off += kFillChunk) {
+    const uint64_t n = std::min(kFillChunk, bytes_ - off);
+    if (auto s = tier.Write(slot_, off, in + off, n); !s.ok()) return s;
+    // The chunk was just read by the copy: hashing it now hits the cache.
+    XXH3_64bits_update(&state, in + off, n);
+  }
+  checksum_ = XXH3_64bits_digest(&state);
+  filled_ = true;
+  return absl::OkStatus();
+}
+
+bool Reservation::Commit() {
+  if (mgr_ == nullptr) return false;
+  if (!filled_) {
+    // Written in place through data(): hash what is in the slot.
+    if (const uint8_t* p = data()) checksum_ = XXH3_64bits(p, bytes_);
+  }
+  if (!mgr_->impl_->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_)) {
+    Release();  // another PUT of this key won: dedup
+    return false;
+  }
+  mgr_ = nullptr;  // the slot and its quota bytes now belong to the entry
+  return true;
+}
+
+}  // namespace kvtier::tiers

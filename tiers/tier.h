@@ -1,0 +1,65 @@
+// The one interface every storage tier implements (host now; NVMe and HBM
+// later). A tier is mechanism only: it hands out fixed-size slots and moves
+// bytes in and out of them. Placement, recency, pins and quotas live in
+// TierManager, which owns the page index.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvtier::tiers {
+
+// Values match kvtier.wire.Tier.
+enum class TierKind : uint8_t { kHbm = 1, kHost = 2, kNvme = 3 };
+std::string_view TierName(TierKind kind);
+
+// A slot's location inside its tier. Opaque to everyone but the tier.
+struct Slot {
+  uint64_t offset = 0;  // byte offset in the tier's space
+  uint32_t bytes = 0;   // usable bytes (the page size it was allocated for)
+  uint32_t cls = 0;     // size class, for the tier's allocator
+};
+
+struct TierCounters {
+  uint64_t bytes_written = 0;  // bytes copied into slots
+  uint64_t bytes_read = 0;     // bytes copied out of slots
+  uint64_t alloc_failures = 0;
+};
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+
+  virtual TierKind kind() const = 0;
+  // Human-readable backing, e.g. "shm /kvtier-123 (2 MiB hugepages)".
+  virtual std::string backing() const = 0;
+  virtual uint64_t capacity_bytes() const = 0;
+  // Bytes of slots handed out (slot granularity, not page bytes).
+  virtual uint64_t used_bytes() const = 0;
+  // Largest page one slot can hold (a host tier's slab size). Defaults to the
+  // capacity for tiers without such a limit.
+  virtual uint64_t max_slot_bytes() const { return capacity_bytes(); }
+
+  // Reserves a slot for a page of `bytes`. ResourceExhausted when no slot of
+  // that size is free (the caller evicts and retries); InvalidArgument when
+  // `bytes` can never fit. Thread-safe.
+  virtual absl::StatusOr<Slot> Allocate(uint64_t bytes) = 0;
+  // Returns a slot from Allocate. Thread-safe.
+  virtual void Free(const Slot& slot) = 0;
+
+  // Host-addressable bytes of a slot, or nullptr when the tier is not
+  // load/store addressable (NVMe): callers then use Read/Write.
+  virtual uint8_t* Address(const Slot& slot) = 0;
+  // Copy n bytes at `offset` within the slot; bounds-checked. Thread-safe for
+  // distinct slots.
+  virtual absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) = 0;
+  virtual absl::Status Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) = 0;
+
+  virtual TierCounters counters() const = 0;
+};
+
+}  // namespace kvtier::tiers

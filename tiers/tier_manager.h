@@ -1,0 +1,209 @@
+// TierManager: the store. Owns the sharded page index keyed by
+// (namespace, page key), and on top of the tiers decides placement, keeps LRU
+// recency (leaf-first along prefix chains), pins pages that are being read or
+// written, deduplicates PUTs, enforces per-namespace quotas and evicts between
+// high/low watermarks on its own thread.
+//
+// Thread-safety: every public method is thread-safe. PagePin and Reservation
+// may be destroyed on any thread (e.g. a ZeroMQ I/O thread freeing a
+// zero-copy message).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kvtier/page_key.h"
+#include "tiers/tier.h"
+
+namespace kvtier::tiers {
+
+using NamespaceId = uint32_t;
+
+struct TierManagerConfig {
+  // Background eviction starts above high and stops below low (fractions of
+  // each tier's capacity).
+  double high_watermark = 0.95;
+  double low_watermark = 0.90;
+  uint32_t index_shards = 16;    // power of two
+  uint32_t eviction_batch = 64;  // pages per evictor pass
+  // Eviction prefers leaves: it skips pages with resident children for up to
+  // this many LRU candidates before taking a non-leaf.
+  uint32_t leaf_scan_limit = 64;
+  bool start_evictor_thread = true;
+
+  absl::Status Validate() const;
+};
+
+struct NamespaceConfig {
+  std::string name;
+  // Per-tier byte quota; a missing tier or 0 means unlimited.
+  absl::flat_hash_map<TierKind, uint64_t> quota_bytes;
+};
+
+class TierManager;
+struct PageEntry;  // index entry, private to tier_manager.cc
+
+// A pinned, readable page. While alive the page is never evicted or freed
+// (a DELETE detaches it from the index; its slot is freed on the last unpin).
+class PagePin {
+ public:
+  PagePin() = default;
+  PagePin(PagePin&& other) noexcept;
+  PagePin& operator=(PagePin&& other) noexcept;
+  ~PagePin();
+
+  bool valid() const { return entry_ != nullptr; }
+  TierKind tier() const;
+  uint64_t bytes() const;      // page bytes
+  uint64_t checksum() const;   // xxh3-64 of the page, computed at PUT
+  const uint8_t* data() const; // nullptr when the tier is not addressable
+  // Copies the page into dst (any tier). Counts tier bytes_read.
+  absl::Status CopyTo(void* dst) const;
+  void Reset();
+
+ private:
+  friend class TierManager;
+  PagePin(TierManager* mgr, PageEntry* entry) : mgr_(mgr), entry_(entry) {}
+  TierManager* mgr_ = nullptr;
+  PageEntry* entry_ = nullptr;
+};
+
+// A slot reserved for a PUT. Not visible to LOOKUP/GET until Commit().
+// Destroying it uncommitted frees the slot and the quota it held.
+class Reservation {
+ public:
+  Reservation() = default;
+  Reservation(Reservation&& other) noexcept;
+  Reservation& operator=(Reservation&& other) noexcept;
+  ~Reservation();
+
+  bool valid() const { return mgr_ != nullptr; }
+  TierKind tier() const { return tier_; }
+  uint64_t bytes() const { return bytes_; }
+  // Writable bytes of the slot, or nullptr for a non-addressable tier.
+  uint8_t* data();
+  // Copies `bytes()` bytes from src into the slot while computing the xxh3-64
+  // checksum in the same pass. Counts tier bytes_written.
+  absl::Status Fill(const void* src);
+  // Publishes the page. Returns true if stored, false if another PUT of the
+  // same key committed first (this slot is then freed: dedup).
+  bool Commit();
+
+ private:
+  friend class TierManager;
+  void Release();
+  TierManager* mgr_ = nullptr;
+  NamespaceId ns_ = 0;
+  PageKey key_;
+  PageKey parent_;
+  TierKind tier_ = TierKind::kHost;
+  size_t tier_index_ = 0;
+  Slot slot_;
+  uint64_t bytes_ = 0;
+  uint64_t checksum_ = 0;
+  bool filled_ = false;
+};
+
+enum class PutOutcome { kReserved, kDeduplicated };
+
+struct ReserveResult {
+  PutOutcome outcome = PutOutcome::kReserved;
+  Reservation reservation;  // valid iff outcome == kReserved
+};
+
+struct LookupResult {
+  uint32_t hits = 0;               // leading keys present
+  std::vector<TierKind> tiers;     // tier of each hit
+};
+
+struct TierSnapshot {
+  TierKind kind;
+  std::string backing;
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t pages = 0;
+  uint64_t pinned_pages = 0;
+  uint64_t hits = 0;        // GETs served from this tier
+  uint64_t misses = 0;      // GET keys looked for here and not found
+  uint64_t evictions = 0;   // pages evicted (dropped or demoted) from this tier
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+};
+
+struct NamespaceSnapshot {
+  NamespaceId id = 0;
+  std::string name;
+  uint64_t pages = 0;
+  uint64_t bytes = 0;
+  uint64_t lookup_hits = 0, lookup_misses = 0;
+  uint64_t get_hits = 0, get_misses = 0;
+  uint64_t puts = 0, dedup_puts = 0;
+  uint64_t quota_evictions = 0;
+  absl::flat_hash_map<TierKind, uint64_t> tier_bytes;
+  absl::flat_hash_map<TierKind, uint64_t> tier_quota_bytes;
+};
+
+struct StoreSnapshot {
+  std::vector<TierSnapshot> tiers;           // highest tier first
+  std::vector<NamespaceSnapshot> namespaces;
+  uint64_t index_pages = 0;
+};
+
+class TierManager {
+ public:
+  // `tiers` ordered highest (fastest) first; at least one.
+  static absl::StatusOr<std::unique_ptr<TierManager>> Create(
+      const TierManagerConfig& config, std::vector<std::unique_ptr<Tier>> tiers);
+  ~TierManager();  // stops the evictor; all pins and reservations must be gone
+
+  // Registers a namespace (idempotent by name: returns the existing id).
+  absl::StatusOr<NamespaceId> AddNamespace(const NamespaceConfig& config);
+  absl::StatusOr<NamespaceId> FindNamespace(std::string_view name) const;
+
+  // Counts leading keys present in `ns`; refreshes their recency tail-first so
+  // a chain's ancestors stay more recent than its descendants.
+  LookupResult Lookup(NamespaceId ns, absl::Span<const PageKey> keys);
+
+  // Pins a page for reading and refreshes its recency; nullopt on a miss.
+  // Counts a GET hit or miss for the namespace and tier.
+  std::optional<PagePin> PinForRead(NamespaceId ns, const PageKey& key);
+
+  // Starts a PUT of one page of `bytes`. A present key is deduplicated
+  // (recency refreshed, nothing stored). Otherwise reserves a slot in the
+  // highest tier with room, evicting LRU unpinned pages (the namespace's own
+  // first when it is over its quota). ResourceExhausted names the tier and
+  // namespace when nothing can be evicted.
+  absl::StatusOr<ReserveResult> Reserve(NamespaceId ns, const PageKey& key,
+                                        const PageKey& parent, uint64_t bytes);
+
+  // Removes a page from the index. Returns false when absent. A pinned page is
+  // detached and freed on its last unpin.
+  bool Delete(NamespaceId ns, const PageKey& key);
+
+  // Evicts from tier `tier_index` until its usage is at or below
+  // `target_bytes`, or nothing evictable remains. Returns pages evicted.
+  // Used by the evictor thread and by tests.
+  size_t EvictTo(size_t tier_index, uint64_t target_bytes);
+
+  // Largest page any tier can hold (HELLO rejects layouts above it).
+  uint64_t MaxPageBytes() const;
+
+  StoreSnapshot Snapshot() const;
+  const TierManagerConfig& config() const;
+
+ private:
+  friend class PagePin;
+  friend class Reservation;
+  struct Impl;
+  explicit TierManager(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::tiers
