@@ -11,6 +11,7 @@ namespace kvtier::daemon {
 void DaemonConfig::ApplyDefaults() {
   if (ipc_socket.empty() && tcp_endpoint.empty()) ipc_socket = DefaultSocketPath();
   if (state_dir.empty()) state_dir = DefaultStateDir();
+  if (nvme.dir.empty()) nvme.dir = state_dir + "/nvme";
 }
 
 absl::Status DaemonConfig::Validate() const {
@@ -38,6 +39,7 @@ absl::Status DaemonConfig::Validate() const {
     return absl::InvalidArgumentError("--max_buffers_per_session must be >= 1");
   RETURN_IF_ERROR(host.Validate());
   RETURN_IF_ERROR(store.Validate());
+  if (nvme.capacity_bytes > 0) RETURN_IF_ERROR(nvme.Validate());
   return absl::OkStatus();
 }
 

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "tiers/host_tier.h"
+#include "tiers/nvme/nvme_tier.h"
 #include "tiers/tier_manager.h"
 
 namespace kvtier::daemon {
@@ -19,6 +20,8 @@ struct DaemonConfig {
   std::string state_dir;
   std::string tenants_file;  // empty: built-in "default" tenant, no token
   tiers::HostTierConfig host;
+  // NVMe tier: capacity 0 disables it; dir empty means <state_dir>/nvme.
+  tiers::NvmeTierConfig nvme;
   tiers::TierManagerConfig store;
   int copy_threads = 2;
   int max_sessions = 1024;

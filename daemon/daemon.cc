@@ -58,12 +58,26 @@ absl::Status Daemon::Init() {
   ASSIGN_OR_RETURN(auto host, tiers::CreateHostTier(config_.host));
   spdlog::info("host tier: {} MiB, {}", host->capacity_bytes() >> 20, host->backing());
   tiers.push_back(std::move(host));
+  if (config_.nvme.capacity_bytes > 0) {
+    ASSIGN_OR_RETURN(auto nvme, tiers::CreateNvmeTier(config_.nvme));
+    spdlog::info("nvme tier: {} MiB, {}", nvme->capacity_bytes() >> 20, nvme->backing());
+    tiers.push_back(std::move(nvme));
+  } else {
+    spdlog::info("nvme tier: disabled (--nvme_bytes=0)");
+  }
   ASSIGN_OR_RETURN(store_, tiers::TierManager::Create(config_.store, std::move(tiers)));
   for (const Tenant& t : tenants_.tenants()) {
     tiers::NamespaceConfig nc{.name = t.name, .quota_bytes = t.quota_bytes};
     ASSIGN_OR_RETURN(tiers::NamespaceId id, store_->AddNamespace(nc));
     tenant_ns_[t.name] = id;
   }
+  absl::Time t0 = absl::Now();
+  RETURN_IF_ERROR(store_->RecoverPersistent());
+  for (const auto& t : store_->Snapshot().tiers)
+    if (t.io.recovered_pages > 0 || t.io.dropped_records > 0)
+      spdlog::info("{} tier: recovered {} pages, dropped {} invalid records in {:.0f} ms",
+                   tiers::TierName(t.kind), t.io.recovered_pages, t.io.dropped_records,
+                   absl::ToDoubleMilliseconds(absl::Now() - t0));
   RETURN_IF_ERROR(BindEndpoints());
   ASSIGN_OR_RETURN(engine_, CopyEngine::Create(ctx_, completion_endpoint_, config_.copy_threads));
   return absl::OkStatus();

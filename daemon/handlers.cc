@@ -130,14 +130,22 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleGetInline(Session& s, const DecodedR
     std::optional<tiers::PagePin> pin = store_->PinForRead(s.ns, d.keys[i]);
     if (!pin || pin->bytes() != s.page_bytes) continue;  // absent, or another layout's page
     tiers[i] = static_cast<char>(pin->tier());
+    // NVMe pages move up to the host tier first. (This reads on the frontend
+    // thread; remote inline GETs of NVMe pages are the slow path.)
+    if (pin->data() == nullptr) store_->Promote(*pin);
     if (const uint8_t* data = pin->data()) {
       auto* owned = new tiers::PagePin(*std::move(pin));
       reply.payloads.emplace_back(const_cast<uint8_t*>(data), owned->bytes(), &FreePin, owned);
-    } else {
-      zmq::message_t msg(pin->bytes());
-      RETURN_IF_ERROR(pin->CopyTo(msg.data()));
-      reply.payloads.push_back(std::move(msg));
+      continue;
     }
+    zmq::message_t msg(pin->bytes());
+    absl::Status st = pin->CopyTo(msg.data());
+    if (absl::IsDataLoss(st)) {
+      tiers[i] = 0;  // failed its checksum: a miss
+      continue;
+    }
+    RETURN_IF_ERROR(st);
+    reply.payloads.push_back(std::move(msg));
   }
   reply.response.mutable_get()->set_tiers(std::move(tiers));
   return reply;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <algorithm>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -25,6 +26,12 @@ ABSL_FLAG(std::string, tenants_file, "", "JSON tenants file; without it one toke
 ABSL_FLAG(std::string, host_bytes, "1GiB", "host (RAM) tier capacity, e.g. 1GiB, 512MiB");
 ABSL_FLAG(std::string, host_slab_bytes, "16MiB", "host arena slab size (the largest page the host tier holds)");
 ABSL_FLAG(std::string, hugepages, "auto", "host arena hugepages: auto, on, off");
+ABSL_FLAG(std::string, nvme_dir, "", "NVMe tier directory: data file + RocksDB index (default <state_dir>/nvme); must support O_DIRECT (not tmpfs)");
+ABSL_FLAG(std::string, nvme_bytes, "4GiB", "NVMe tier capacity; 0 disables the tier");
+ABSL_FLAG(int, nvme_io_threads, 1, "NVMe I/O threads (one io_uring each)");
+ABSL_FLAG(int, nvme_queue_depth, 64, "NVMe in-flight I/Os per ring");
+ABSL_FLAG(bool, promote_on_get, true, "move a page read from NVMe up to the host tier");
+ABSL_FLAG(std::string, nvme_admission, "all", "which host evictions are written to NVMe: all, or reused (pages read or PUT again since stored)");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
 ABSL_FLAG(double, low_watermark, 0.90, "background eviction stops below this fraction of a tier");
 ABSL_FLAG(int, copy_threads, 2, "copy engine worker threads");
@@ -74,6 +81,18 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   else if (huge == "on") c.host.hugepages = kvtier::tiers::HugepageMode::kOn;
   else if (huge == "off") c.host.hugepages = kvtier::tiers::HugepageMode::kOff;
   else return absl::InvalidArgumentError("--hugepages must be auto, on or off");
+  auto nvme_bytes = ParseBytes(absl::GetFlag(FLAGS_nvme_bytes));
+  if (!nvme_bytes.ok()) return absl::InvalidArgumentError(std::string("--nvme_bytes: ") + std::string(nvme_bytes.status().message()));
+  c.nvme.capacity_bytes = *nvme_bytes;
+  c.nvme.dir = absl::GetFlag(FLAGS_nvme_dir);
+  c.nvme.slab_bytes = c.host.slab_bytes;
+  c.nvme.io_threads = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_io_threads)));
+  c.nvme.queue_depth = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_queue_depth)));
+  c.store.promote_on_get = absl::GetFlag(FLAGS_promote_on_get);
+  std::string admission = absl::GetFlag(FLAGS_nvme_admission);
+  if (admission == "all") c.store.persistent_admission = kvtier::tiers::TierManagerConfig::Admission::kAll;
+  else if (admission == "reused") c.store.persistent_admission = kvtier::tiers::TierManagerConfig::Admission::kReusedOnly;
+  else return absl::InvalidArgumentError("--nvme_admission must be all or reused");
   c.store.high_watermark = absl::GetFlag(FLAGS_high_watermark);
   c.store.low_watermark = absl::GetFlag(FLAGS_low_watermark);
   c.copy_threads = absl::GetFlag(FLAGS_copy_threads);

@@ -36,6 +36,15 @@ void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
   out->set_bytes_out(t.bytes_out);
   out->set_pinned_pages(t.pinned_pages);
   out->set_backing(t.backing);
+  out->set_demotions(t.demotions);
+  out->set_promotions(t.promotions);
+  out->set_dropped(t.dropped);
+  out->set_admission_drops(t.admission_drops);
+  out->set_checksum_errors(t.checksum_errors);
+  out->set_io_inflight(t.io.io_inflight);
+  out->set_io_errors(t.io.io_errors);
+  out->set_recovered_pages(t.io.recovered_pages);
+  out->set_dropped_records(t.io.dropped_records);
 }
 
 void FillNamespace(const tiers::NamespaceSnapshot& n, wire::NamespaceStats* out) {

@@ -44,6 +44,7 @@ struct JobState {
 };
 
 struct GetJob : JobState {
+  tiers::TierManager* store = nullptr;
   std::vector<tiers::PagePin> pins;  // invalid where the key missed
   std::vector<uint64_t> offsets;
   std::string tiers;
@@ -68,12 +69,22 @@ void CopyGetRange(GetJob& job, size_t begin, size_t end) {
     if (!pin.valid()) continue;
     uint8_t* dst = job.buffer->data() + job.offsets[i];
     absl::Status st;
+    // A page on NVMe moves up first (its bytes land in a host slot we own),
+    // then leaves from there like any host page.
+    if (pin.data() == nullptr) job.store->Promote(pin);
+    const uint8_t* src = pin.data();
     bool ok = GuardedRun([&] {
-      if (const uint8_t* src = pin.data()) std::memcpy(dst, src, pin.bytes());
-      else st = pin.CopyTo(dst);
+      if (src != nullptr) std::memcpy(dst, src, pin.bytes());
+      else st = pin.CopyTo(dst);  // NVMe: read + checksum check
     });
-    if (!ok) job.fault = true;
-    if (!st.ok()) job.Fail(st);
+    if (!ok) {
+      job.fault = true;
+    } else if (absl::IsDataLoss(st)) {
+      job.tiers[i] = 0;  // corrupt on disk: a miss, never wrong bytes
+      pin.Reset();
+    } else if (!st.ok()) {
+      job.Fail(st);
+    }
   }
 }
 
@@ -98,6 +109,7 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   job->request_id = d.request.request_id();
   job->routing_id = routing_id;
   job->buffer = std::move(buffer);
+  job->store = store_.get();
   job->offsets.assign(g.offsets().begin(), g.offsets().end());
   job->tiers.assign(d.keys.size(), '\0');
   job->pins.resize(d.keys.size());

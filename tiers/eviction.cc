@@ -7,6 +7,9 @@
 
 #include "tiers/tier_manager_impl.h"
 
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 namespace kvtier::tiers {
 namespace {
 
@@ -44,6 +47,10 @@ size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns) {
       continue;
     }
     if (IsLastTier(t)) return DropLocked(shard, e, t);
+    if (!Admit(e, t)) {
+      tiers[t]->admission_drops.fetch_add(1, std::memory_order_relaxed);
+      return DropLocked(shard, e, t);
+    }
     // The evictor's own pin keeps readers' pins countable and stops a second
     // evictor from choosing the same page while it is copied.
     PinLocked(e);
@@ -61,6 +68,7 @@ size_t TierManager::Impl::DropLocked(IndexShard& shard, PageEntry* e, size_t t) 
   const PageKey parent = e->parent;
   shard.mu.Unlock();
   tiers[t]->evictions.fetch_add(1, std::memory_order_relaxed);
+  tiers[t]->dropped.fetch_add(1, std::memory_order_relaxed);
   if (counted) DetachFromParent(ns, parent);
   if (free_now) FreeEntry(e);
   return 1;
@@ -76,13 +84,31 @@ size_t TierManager::Impl::Demote(IndexShard& shard, PageEntry* e, size_t t) {
     dst = AllocateWithEviction(to, old.bytes);
     if (!dst.ok()) Uncharge(ns, to, old.bytes);
   }
-  const bool copied = dst.ok() && CopyBetweenTiers(t, old, to, *dst);
+  bool copied = dst.ok() && CopyBetweenTiers(t, old, to, *dst);
+  // A persistent tier records the page once its bytes are durable there.
+  Tier& lower = *tiers[to]->tier;
+  PageMeta meta;
+  uint64_t checksum = 0;
+  if (copied && lower.persistent()) {
+    // RAM pages carry no checksum; the copy that leaves for NVMe gets one.
+    if (const uint8_t* p = tiers[t]->tier->Address(old)) checksum = XXH3_64bits(p, old.bytes);
+    {
+      absl::MutexLock lock(&shard.mu);
+      meta = MetaOf(e);
+    }
+    if (checksum != 0) meta.checksum = checksum;
+    if (!lower.Persist(*dst, meta).ok()) {
+      copied = false;
+      meta.ns_name = {};  // nothing was recorded: nothing to forget below
+    }
+  }
   shard.mu.Lock();
   if (copied && !e->detached() && e->pins == 1) {
     UnpinLocked(e);
     tiers[t]->pages.fetch_sub(1, std::memory_order_relaxed);
     tiers[to]->pages.fetch_add(1, std::memory_order_relaxed);
     e->slot = *dst;
+    if (checksum != 0) e->checksum = checksum;
     // A fresh stamp in the lower tier: pages arrive there in eviction order,
     // which is already leaf-first.
     shard.MoveTierLocked(e, static_cast<uint8_t>(to), NextStamp());
@@ -90,10 +116,12 @@ size_t TierManager::Impl::Demote(IndexShard& shard, PageEntry* e, size_t t) {
     tiers[t]->tier->Free(old);
     Uncharge(ns, t, old.bytes);
     tiers[t]->evictions.fetch_add(1, std::memory_order_relaxed);
+    tiers[t]->demotions.fetch_add(1, std::memory_order_relaxed);
     KickEvictorIfHigh(to);
     return 1;
   }
   if (dst.ok()) {
+    if (lower.persistent() && !meta.ns_name.empty()) lower.Unpersist(*dst, meta);
     tiers[to]->tier->Free(*dst);
     Uncharge(ns, to, old.bytes);
   }
@@ -128,6 +156,12 @@ bool TierManager::Impl::CopyBetweenTiers(size_t from, const Slot& src, size_t to
     }
   }
   return true;
+}
+
+bool TierManager::Impl::Admit(const PageEntry* e, size_t t) const {
+  if (config.persistent_admission == TierManagerConfig::Admission::kAll) return true;
+  if (!tiers[t + 1]->tier->persistent()) return true;
+  return e->flags & PageEntry::kReused;
 }
 
 size_t TierManager::Impl::EvictTo(size_t t, uint64_t target) {

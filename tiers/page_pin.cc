@@ -2,6 +2,10 @@
 // parent links that make eviction leaf-first. A PagePin may be dropped on any
 // thread (a ZeroMQ I/O thread releasing a zero-copy frame), so unpinning only
 // takes the entry's shard lock.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "absl/strings/str_cat.h"
 #include "tiers/tier_manager.h"
 #include "tiers/tier_manager_impl.h"
 
@@ -28,7 +32,10 @@ void TierManager::Impl::Unpin(PageEntry* e) {
 }
 
 void TierManager::Impl::FreeEntry(PageEntry* e) {
-  tiers[e->tier]->tier->Free(e->slot);
+  Tier& tier = *tiers[e->tier]->tier;
+  // The persistent record goes before the slot can be reused.
+  if (tier.persistent()) tier.Unpersist(e->slot, MetaOf(e));
+  tier.Free(e->slot);
   Uncharge(e->ns, e->tier, e->slot.bytes);
   delete e;
 }
@@ -102,7 +109,43 @@ const uint8_t* PagePin::data() const {
 
 absl::Status PagePin::CopyTo(void* dst) const {
   if (entry_ == nullptr) return absl::FailedPreconditionError("CopyTo on an empty PagePin");
-  return mgr_->impl_->tiers[entry_->tier]->tier->Read(entry_->slot, 0, dst, entry_->slot.bytes);
+  TierState& ts = *mgr_->impl_->tiers[entry_->tier];
+  if (absl::Status st = ts.tier->Read(entry_->slot, 0, dst, entry_->slot.bytes); !st.ok()) {
+    return st;
+  }
+  // Bytes that left this process's memory (NVMe) are checked against the
+  // checksum taken at PUT: a mismatch is a miss, never wrong bytes.
+  if (ts.tier->persistent() && XXH3_64bits(dst, entry_->slot.bytes) != entry_->checksum) {
+    ts.checksum_errors.fetch_add(1, std::memory_order_relaxed);
+    mgr_->impl_->DropCorrupt(entry_);
+    return absl::DataLossError(absl::StrCat("page ", entry_->key.ToHex(), " failed its checksum on ",
+                                            std::string(TierName(ts.tier->kind())), "; dropped"));
+  }
+  return absl::OkStatus();
+}
+
+PageMeta TierManager::Impl::MetaOf(const PageEntry* e) const {
+  PageMeta m;
+  if (const NamespaceState* ns = Ns(e->ns)) m.ns_name = ns->name;
+  m.key = e->key;
+  m.parent = e->parent;
+  m.checksum = e->checksum;
+  m.stamp = e->stamp;
+  return m;
+}
+
+void TierManager::Impl::DropCorrupt(PageEntry* e) {
+  IndexShard& shard = index.ShardFor(e->ns, e->key);
+  bool counted;
+  {
+    absl::MutexLock lock(&shard.mu);
+    if (e->detached()) return;  // already gone; the last unpin frees it
+    DetachEntryLocked(shard, e);
+    counted = e->flags & PageEntry::kCountedInParent;
+    tiers[e->tier]->dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+  // The caller's pin keeps e alive; its Unpin frees it (detached, last pin).
+  if (counted) DetachFromParent(e->ns, e->parent);
 }
 
 }  // namespace kvtier::tiers

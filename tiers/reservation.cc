@@ -14,8 +14,6 @@
 namespace kvtier::tiers {
 namespace {
 
-constexpr uint64_t kFillChunk = 64 << 10;
-
 }  // namespace
 
 bool TierManager::Impl::TryCharge(NamespaceState& ns, size_t t, uint64_t bytes) {
@@ -69,6 +67,7 @@ bool TierManager::Impl::Dedup(NamespaceId ns, const PageKey& key, const PageKey&
     absl::MutexLock lock(&shard.mu);
     PageEntry* e = shard.FindLocked(ns, key);
     if (e == nullptr) return false;
+    e->flags |= PageEntry::kReused;
     shard.TouchLocked(e, NextStamp());
   }
   // Re-touch the parent so it stays newer than this child (leaf-first).
@@ -192,25 +191,26 @@ uint8_t* Reservation::data() {
 absl::Status Reservation::Fill(const void* src) {
   if (mgr_ == nullptr) return absl::FailedPreconditionError("Fill on an empty Reservation");
   Tier& tier = *mgr_->impl_->tiers[tier_index_]->tier;
-  const auto* in = static_cast<const uint8_t*>(src);
-  XXH3_state_t state;
-  XXH3_64bits_reset(&state);
-  for (uint64_t off = 0; off < bytes_; off += kFillChunk) {
-    const uint64_t n = std::min(kFillChunk, bytes_ - off);
-    if (auto s = tier.Write(slot_, off, in + off, n); !s.ok()) return s;
-    // The chunk was just read by the copy: hashing it now hits the cache.
-    XXH3_64bits_update(&state, in + off, n);
-  }
-  checksum_ = XXH3_64bits_digest(&state);
+  // One copy. The checksum is only needed once the bytes leave this
+  // process's memory (NVMe), so RAM tiers skip it here and the demotion to
+  // NVMe computes it, off the request path.
+  if (auto s = tier.Write(slot_, 0, src, bytes_); !s.ok()) return s;
+  if (tier.persistent()) checksum_ = XXH3_64bits(src, bytes_);
   filled_ = true;
   return absl::OkStatus();
 }
 
 bool Reservation::Commit() {
   if (mgr_ == nullptr) return false;
-  if (!filled_) {
-    // Written in place through data(): hash what is in the slot.
-    if (const uint8_t* p = data()) checksum_ = XXH3_64bits(p, bytes_);
+  Tier& tier = *mgr_->impl_->tiers[tier_index_]->tier;
+  if (!filled_ && tier.persistent()) return false;  // nothing durable to publish
+  if (tier.persistent()) {
+    // Landed straight on NVMe (RAM was full): record it like a demotion.
+    PageMeta meta{mgr_->impl_->Ns(ns_)->name, key_, parent_, checksum_, 0};
+    if (!tier.Persist(slot_, meta).ok()) {
+      Release();
+      return false;
+    }
   }
   if (!mgr_->impl_->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_)) {
     Release();  // another PUT of this key won: dedup

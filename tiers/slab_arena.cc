@@ -79,6 +79,54 @@ void SlabArena::Free(const Slot& slot) {
   if (slab.partial_pos == kNone) AddPartial(static_cast<uint32_t>(slab_idx));
 }
 
+std::vector<bool> SlabArena::Restore(std::vector<Slot>& claims) {
+  absl::MutexLock lock(&mu_);
+  std::vector<bool> ok(claims.size(), false);
+  std::vector<std::vector<bool>> taken(num_slabs_);  // slot bitmap per claimed slab
+  for (size_t i = 0; i < claims.size(); ++i) {
+    Slot& c = claims[i];
+    const uint64_t slot_bytes = RoundToSlot(c.bytes);
+    const uint64_t slab_idx = c.offset / slab_bytes_;
+    if (c.bytes == 0 || slot_bytes > slab_bytes_ || slab_idx >= num_slabs_) continue;
+    const uint32_t cls = ClassFor(slot_bytes);
+    Slab& slab = slabs_[slab_idx];
+    const uint64_t in_slab = c.offset % slab_bytes_;
+    if (in_slab % slot_bytes != 0 || in_slab / slot_bytes >= classes_[cls].slots_per_slab) continue;
+    if (slab.cls != kNone && slab.cls != cls) continue;
+    if (slab.cls == kNone) {
+      slab.cls = cls;
+      taken[slab_idx].assign(classes_[cls].slots_per_slab, false);
+    }
+    const uint32_t idx = static_cast<uint32_t>(in_slab / slot_bytes);
+    if (taken[slab_idx][idx]) continue;
+    taken[slab_idx][idx] = true;
+    c.cls = cls;
+    ok[i] = true;
+  }
+  // Rebuild the free structures from the bitmaps.
+  free_slabs_.clear();
+  for (uint32_t s = num_slabs_; s > 0; --s) {
+    const uint32_t slab_idx = s - 1;
+    Slab& slab = slabs_[slab_idx];
+    if (slab.cls == kNone) {
+      free_slabs_.push_back(slab_idx);
+      continue;
+    }
+    const SizeClass& c = classes_[slab.cls];
+    slab.bump = c.slots_per_slab;
+    slab.used = 0;
+    slab.freed.clear();
+    for (uint32_t j = c.slots_per_slab; j > 0; --j) {
+      if (taken[slab_idx][j - 1]) ++slab.used;
+      else slab.freed.push_back(j - 1);
+    }
+    used_bytes_.fetch_add(slab.used * c.slot_bytes, std::memory_order_relaxed);
+    if (slab.used == 0) ReleaseSlab(slab_idx);
+    else if (slab.used < c.slots_per_slab) AddPartial(slab_idx);
+  }
+  return ok;
+}
+
 uint32_t SlabArena::free_slabs() const {
   absl::MutexLock lock(&mu_);
   return static_cast<uint32_t>(free_slabs_.size());

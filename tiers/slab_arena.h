@@ -36,6 +36,12 @@ class SlabArena {
   // is ignored (and counted in bad_frees()). Thread-safe.
   void Free(const Slot& slot);
 
+  // Recovery: marks `claims` (slots recorded before a restart) as allocated
+  // in an arena that has handed out nothing yet, filling in each Slot's cls. A claim is rejected (false
+  // in the result) when it lies outside the arena, is misaligned for its
+  // size, overlaps an earlier claim, or its slab already serves another size.
+  std::vector<bool> Restore(std::vector<Slot>& claims);
+
   uint64_t capacity() const { return slab_bytes_ * num_slabs_; }
   uint64_t slab_bytes() const { return slab_bytes_; }
   // Bytes of slots handed out (slot granularity). Thread-safe.

@@ -5,11 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kvtier/page_key.h"
 
 namespace kvtier::tiers {
 
@@ -28,6 +31,21 @@ struct TierCounters {
   uint64_t bytes_written = 0;  // bytes copied into slots
   uint64_t bytes_read = 0;     // bytes copied out of slots
   uint64_t alloc_failures = 0;
+  // Persistent tiers only:
+  uint64_t io_inflight = 0;     // device I/Os in flight now
+  uint64_t io_errors = 0;       // failed device reads/writes
+  uint64_t recovered_pages = 0; // pages adopted from the index at start
+  uint64_t dropped_records = 0; // index records that failed validation at start
+};
+
+// What a persistent tier records about a page so a restarted daemon can serve
+// it again. The namespace is recorded by name: ids are per process.
+struct PageMeta {
+  absl::string_view ns_name;
+  PageKey key;
+  PageKey parent;
+  uint64_t checksum = 0;  // xxh3-64 of the page bytes
+  uint64_t stamp = 0;     // recency, to rebuild LRU order
 };
 
 class Tier {
@@ -60,6 +78,22 @@ class Tier {
   virtual absl::Status Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) = 0;
 
   virtual TierCounters counters() const = 0;
+
+  // --- Persistence (NVMe). Volatile tiers keep the defaults. ---
+  virtual bool persistent() const { return false; }
+  // Records a page whose bytes were fully written to `slot`. Makes the bytes
+  // durable *before* the record, so a crash never yields a record whose bytes
+  // are not there.
+  virtual absl::Status Persist(const Slot& slot, const PageMeta& meta) { return absl::OkStatus(); }
+  // Forgets the record of a page; called before its slot is freed so the
+  // record never outlives the bytes.
+  virtual void Unpersist(const Slot& slot, const PageMeta& meta) {}
+  // At start: offers every valid record to `adopt` (which returns false to
+  // reject it, e.g. unknown namespace: the record is then deleted). Slots of
+  // adopted pages are marked allocated. Invalid records are deleted and
+  // counted in dropped_records.
+  using AdoptFn = std::function<bool(const PageMeta& meta, const Slot& slot)>;
+  virtual absl::Status Recover(const AdoptFn& adopt) { return absl::OkStatus(); }
 };
 
 }  // namespace kvtier::tiers

@@ -158,6 +158,7 @@ std::optional<PagePin> TierManager::PinForRead(NamespaceId ns, const PageKey& ke
     e = shard.FindLocked(ns, key);
     if (e != nullptr) {
       impl_->PinLocked(e);
+      e->flags |= PageEntry::kReused;
       shard.TouchLocked(e, impl_->NextStamp());
       found_tier = e->tier;
     }
@@ -221,7 +222,13 @@ StoreSnapshot TierManager::Snapshot() const {
     ts.hits = t->hits.load(std::memory_order_relaxed);
     ts.misses = t->misses.load(std::memory_order_relaxed);
     ts.evictions = t->evictions.load(std::memory_order_relaxed);
+    ts.demotions = t->demotions.load(std::memory_order_relaxed);
+    ts.promotions = t->promotions.load(std::memory_order_relaxed);
+    ts.dropped = t->dropped.load(std::memory_order_relaxed);
+    ts.admission_drops = t->admission_drops.load(std::memory_order_relaxed);
+    ts.checksum_errors = t->checksum_errors.load(std::memory_order_relaxed);
     const TierCounters c = t->tier->counters();
+    ts.io = c;
     ts.bytes_in = c.bytes_written;
     ts.bytes_out = c.bytes_read;
     snap.index_pages += ts.pages;

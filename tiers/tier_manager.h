@@ -37,6 +37,14 @@ struct TierManagerConfig {
   // this many LRU candidates before taking a non-leaf.
   uint32_t leaf_scan_limit = 64;
   bool start_evictor_thread = true;
+  // A GET served from a lower tier moves the page up to the top tier (it is
+  // likely to be read again); off: pages stay where they are.
+  bool promote_on_get = true;
+  // Which pages a host eviction writes to a persistent tier: all of them, or
+  // only pages that were read or PUT again since they were stored (trades hit
+  // rate for SSD wear). The rest are dropped and counted.
+  enum class Admission { kAll, kReusedOnly };
+  Admission persistent_admission = Admission::kAll;
 
   absl::Status Validate() const;
 };
@@ -62,7 +70,7 @@ class PagePin {
   bool valid() const { return entry_ != nullptr; }
   TierKind tier() const;
   uint64_t bytes() const;      // page bytes
-  uint64_t checksum() const;   // xxh3-64 of the page, computed at PUT
+  uint64_t checksum() const;   // xxh3-64 of the page once it reached NVMe; 0 before
   const uint8_t* data() const; // nullptr when the tier is not addressable
   // Copies the page into dst (any tier). Counts tier bytes_read.
   absl::Status CopyTo(void* dst) const;
@@ -89,8 +97,8 @@ class Reservation {
   uint64_t bytes() const { return bytes_; }
   // Writable bytes of the slot, or nullptr for a non-addressable tier.
   uint8_t* data();
-  // Copies `bytes()` bytes from src into the slot while computing the xxh3-64
-  // checksum in the same pass. Counts tier bytes_written.
+  // Copies `bytes()` bytes from src into the slot (one copy; for a
+  // persistent tier also the xxh3-64 checksum). Counts tier bytes_written.
   absl::Status Fill(const void* src);
   // Publishes the page. Returns true if stored, false if another PUT of the
   // same key committed first (this slot is then freed: dedup).
@@ -135,6 +143,12 @@ struct TierSnapshot {
   uint64_t evictions = 0;   // pages evicted (dropped or demoted) from this tier
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
+  uint64_t demotions = 0;        // pages moved down out of this tier
+  uint64_t promotions = 0;       // pages moved up into this tier
+  uint64_t dropped = 0;          // pages that left the store from this tier
+  uint64_t admission_drops = 0;  // of those: refused by the admission filter
+  uint64_t checksum_errors = 0;  // pages read back with the wrong checksum
+  TierCounters io;               // the tier's own counters
 };
 
 struct NamespaceSnapshot {
@@ -191,6 +205,18 @@ class TierManager {
   // `target_bytes`, or nothing evictable remains. Returns pages evicted.
   // Used by the evictor thread and by tests.
   size_t EvictTo(size_t tier_index, uint64_t target_bytes);
+
+  // Re-creates the pages of persistent tiers (NVMe) from their indexes, in
+  // their recorded LRU order. Call once, after every namespace is added and
+  // before serving. Records of unknown namespaces are deleted.
+  absl::Status RecoverPersistent();
+
+  // Moves a pinned page of a lower tier up to the top tier (promote_on_get):
+  // reads it into a new top-tier slot, checks its checksum, then switches
+  // the entry over, so the pin's data() becomes addressable. Best effort:
+  // false when promotion is off, someone else holds the page, the top tier
+  // has no room, or the bytes failed their checksum (the page is dropped).
+  bool Promote(PagePin& pin);
 
   // Largest page any tier can hold (HELLO rejects layouts above it).
   uint64_t MaxPageBytes() const;

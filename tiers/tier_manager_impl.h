@@ -35,6 +35,7 @@ struct TierState {
   uint64_t high_bytes = 0;  // evictor starts above this
   uint64_t low_bytes = 0;   // and stops at this
   Counter pages{0}, pinned_pages{0}, hits{0}, misses{0}, evictions{0};
+  Counter demotions{0}, promotions{0}, dropped{0}, admission_drops{0}, checksum_errors{0};
 };
 
 struct TierManager::Impl {
@@ -63,6 +64,11 @@ struct TierManager::Impl {
   bool AttachToParent(NamespaceId ns, const PageKey& parent);
   void DetachFromParent(NamespaceId ns, const PageKey& parent);
   void TouchKey(NamespaceId ns, const PageKey& key);
+  // Persistent tiers: the record of e, and dropping a page read back corrupt.
+  PageMeta MetaOf(const PageEntry* e) const;
+  void DropCorrupt(PageEntry* e);
+  // Whether a page leaving tier t may be written to tier t+1 (admission).
+  bool Admit(const PageEntry* e, size_t t) const;
 
   // Quotas (reservation.cc).
   bool TryCharge(NamespaceState& ns, size_t t, uint64_t bytes);

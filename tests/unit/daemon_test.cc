@@ -80,6 +80,7 @@ TEST(ConfigTest, RefusesNonLoopbackTcp) {
   DaemonConfig c;
   c.ipc_socket = "/tmp/x.sock";
   c.state_dir = "/tmp";
+  c.nvme.dir = "/tmp/kvtier-nvme";
   c.tcp_endpoint = "tcp://0.0.0.0:7450";
   EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("non-loopback"));
   c.tcp_endpoint = "tcp://127.0.0.1:7450";

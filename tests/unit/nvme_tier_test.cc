@@ -1,0 +1,251 @@
+// The NVMe tier under the TierManager: demotion host -> NVMe, GET from NVMe
+// with promotion, restart recovery from RocksDB, and what happens to corrupt
+// pages, corrupt index records, a truncated data file and unknown tenants.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "tests/unit/tiers_test_util.h"
+#include "tiers/nvme/nvme_index.h"
+#include "tiers/nvme/nvme_tier.h"
+
+namespace kvtier::tiers {
+namespace {
+
+using testing::AddNs;
+using testing::Bytes;
+using testing::HostTier;
+using testing::Key;
+using testing::NoThreadConfig;
+using testing::Put;
+
+constexpr uint64_t kPage = 64 << 10;  // 64 KiB pages
+constexpr uint64_t kSlab = 1 << 20;
+
+class NvmeTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvtier-nvme-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    mgr_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  NvmeTierConfig NvmeConfig() const {
+    NvmeTierConfig c;
+    c.dir = dir_.string();
+    c.capacity_bytes = 16 * kSlab;
+    c.slab_bytes = kSlab;
+    return c;
+  }
+
+  // A host tier of `host_pages` pages over an NVMe tier in dir_; file device.
+  void Open(uint64_t host_pages, std::vector<std::string> tenants = {"a"}) {
+    mgr_.reset();
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(HostTier(host_pages * kPage, kPage));
+    auto nvme = CreateNvmeTier(NvmeConfig());
+    if (!nvme.ok() && absl::IsFailedPrecondition(nvme.status())) GTEST_SKIP() << nvme.status();
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    tiers.push_back(*std::move(nvme));
+    auto m = TierManager::Create(NoThreadConfig(), std::move(tiers));
+    ASSERT_TRUE(m.ok()) << m.status();
+    mgr_ = *std::move(m);
+    for (const auto& t : tenants) ns_[t] = AddNs(*mgr_, t);
+    ASSERT_TRUE(mgr_->RecoverPersistent().ok());
+  }
+
+  // Puts a chain of pages 0..n-1 (bytes a function of the key).
+  void PutChain(const std::string& tenant, uint64_t first, uint64_t n) {
+    for (uint64_t i = first; i < first + n; ++i) {
+      PageKey parent = i == first ? PageKey::Zero() : Key(i - 1);
+      ASSERT_TRUE(Put(*mgr_, ns_[tenant], Key(i), parent, Bytes(kPage, i)).ok());
+    }
+  }
+
+  // GET as the daemon does it: pin, promote if on NVMe, copy out.
+  absl::StatusOr<TierKind> Get(const std::string& tenant, uint64_t i, std::vector<uint8_t>* out) {
+    auto pin = mgr_->PinForRead(ns_[tenant], Key(i));
+    if (!pin) return absl::NotFoundError("miss");
+    TierKind served = pin->tier();
+    out->resize(pin->bytes());
+    if (pin->data() == nullptr) mgr_->Promote(*pin);
+    if (pin->data() != nullptr) {
+      std::memcpy(out->data(), pin->data(), pin->bytes());
+    } else if (auto st = pin->CopyTo(out->data()); !st.ok()) {
+      return st;
+    }
+    return served;
+  }
+
+  TierSnapshot Snap(size_t t) { return mgr_->Snapshot().tiers[t]; }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<TierManager> mgr_;
+  std::map<std::string, NamespaceId> ns_;
+};
+
+TEST_F(NvmeTierTest, EvictionDemotesToNvmeAndGetPromotesBack) {
+  Open(/*host_pages=*/16);
+  PutChain("a", 0, 64);  // 4x the host tier
+  EXPECT_GT(Snap(0).demotions, 0u);
+  EXPECT_GT(Snap(1).pages, 0u);
+  EXPECT_EQ(Snap(0).pages + Snap(1).pages, 64u);  // nothing dropped
+  // Leaf-first: each new page pushed its parent (the only leaf in RAM) down,
+  // so the head stayed in RAM, the middle went down, the newest page is up.
+  std::vector<PageKey> chain;
+  for (uint64_t i = 0; i < 64; ++i) chain.push_back(Key(i));
+  LookupResult where = mgr_->Lookup(ns_["a"], chain);
+  ASSERT_EQ(where.hits, 64u);
+  EXPECT_EQ(where.tiers.front(), TierKind::kHost);
+  EXPECT_EQ(where.tiers[62], TierKind::kNvme);
+  EXPECT_EQ(where.tiers[63], TierKind::kHost);
+  std::vector<uint8_t> got;
+  auto served = Get("a", 62, &got);
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(*served, TierKind::kNvme);
+  EXPECT_EQ(got, Bytes(kPage, 62));
+  EXPECT_EQ(Snap(0).promotions, 1u);
+  // Now in host.
+  auto again = Get("a", 62, &got);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, TierKind::kHost);
+  for (uint64_t i = 0; i < 64; ++i) {
+    ASSERT_TRUE(Get("a", i, &got).ok()) << i;
+    ASSERT_EQ(got, Bytes(kPage, i)) << i;
+  }
+}
+
+TEST_F(NvmeTierTest, RestartServesPagesThatReachedNvme) {
+  Open(8);
+  PutChain("a", 0, 40);
+  const uint64_t on_nvme = Snap(1).pages;
+  ASSERT_GT(on_nvme, 0u);
+  Open(8);  // "restart": host contents are gone, NVMe pages come back
+  EXPECT_EQ(Snap(1).pages, on_nvme);
+  EXPECT_EQ(Snap(1).io.recovered_pages, on_nvme);
+  uint64_t found = 0;
+  std::vector<uint8_t> got;
+  for (uint64_t i = 0; i < 40; ++i) {
+    auto served = Get("a", i, &got);
+    if (!served.ok()) continue;
+    ++found;
+    EXPECT_EQ(got, Bytes(kPage, i)) << i;
+  }
+  EXPECT_EQ(found, on_nvme);
+}
+
+TEST_F(NvmeTierTest, CorruptPageOnDiskIsAMissNotWrongBytes) {
+  Open(4);
+  PutChain("a", 0, 12);
+  ASSERT_GT(Snap(1).pages, 0u);
+  mgr_.reset();
+  // Scribble over the whole data file.
+  int fd = open((dir_ / "kvtier-nvme.data").c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> junk(16 * kSlab, 0xAB);
+  ASSERT_EQ(pwrite(fd, junk.data(), junk.size(), 0), ssize_t(junk.size()));
+  close(fd);
+  Open(4);
+  ASSERT_GT(Snap(1).pages, 0u);
+  std::vector<uint8_t> got;
+  for (uint64_t i = 0; i < 12; ++i) {
+    auto served = Get("a", i, &got);
+    EXPECT_FALSE(served.ok()) << "page " << i << " came back from corrupt bytes";
+  }
+  EXPECT_GT(Snap(1).checksum_errors, 0u);
+  EXPECT_EQ(Snap(1).pages, 0u);  // corrupt pages were dropped
+}
+
+TEST_F(NvmeTierTest, TruncatedDataFileDropsRecordsPastTheEnd) {
+  Open(4);
+  PutChain("a", 0, 40);
+  const uint64_t on_nvme = Snap(1).pages;
+  ASSERT_GT(on_nvme, 4u);
+  mgr_.reset();
+  ASSERT_EQ(truncate((dir_ / "kvtier-nvme.data").c_str(), kSlab), 0);  // keep one slab
+  Open(4);
+  EXPECT_LT(Snap(1).pages, on_nvme);
+  EXPECT_GT(Snap(1).io.dropped_records, 0u);
+  std::vector<uint8_t> got;
+  for (uint64_t i = 0; i < 40; ++i) {
+    if (Get("a", i, &got).ok()) EXPECT_EQ(got, Bytes(kPage, i));
+  }
+}
+
+TEST_F(NvmeTierTest, CorruptIndexRecordIsDropped) {
+  Open(4);
+  PutChain("a", 0, 12);
+  const uint64_t on_nvme = Snap(1).pages;
+  mgr_.reset();
+  {
+    rocksdb::DB* db = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::Options(), (dir_ / "index").string(), &db).ok());
+    ASSERT_TRUE(db->Put(rocksdb::WriteOptions(), nvme::NvmeIndex::EncodeKey("a", Key(999)),
+                        "garbage").ok());
+    delete db;
+  }
+  Open(4);
+  EXPECT_EQ(Snap(1).pages, on_nvme);
+  EXPECT_EQ(Snap(1).io.dropped_records, 1u);
+}
+
+TEST_F(NvmeTierTest, PagesOfARemovedTenantAreDeletedAtStart) {
+  Open(4, {"a", "b"});
+  PutChain("b", 100, 12);
+  ASSERT_GT(Snap(1).pages, 0u);
+  Open(4, {"a"});
+  EXPECT_EQ(Snap(1).pages, 0u);
+  EXPECT_GT(Snap(1).io.dropped_records, 0u);
+  // Isolation across restarts: tenant "a" cannot see b's keys.
+  std::vector<uint8_t> got;
+  EXPECT_FALSE(Get("a", 100, &got).ok());
+}
+
+TEST_F(NvmeTierTest, TenantsStayIsolatedAcrossRestart) {
+  Open(2, {"a", "b"});
+  PutChain("a", 0, 10);
+  Open(2, {"b", "a"});  // ids change with the order; names do not
+  std::vector<uint8_t> got;
+  EXPECT_FALSE(Get("b", 0, &got).ok());
+  uint64_t found = 0;
+  for (uint64_t i = 0; i < 10; ++i) found += Get("a", i, &got).ok();
+  EXPECT_GT(found, 0u);
+}
+
+TEST_F(NvmeTierTest, DeleteRemovesTheRecord) {
+  Open(2);
+  PutChain("a", 0, 10);
+  for (uint64_t i = 0; i < 10; ++i) mgr_->Delete(ns_["a"], Key(i));
+  Open(2);
+  EXPECT_EQ(Snap(1).pages, 0u);
+}
+
+TEST_F(NvmeTierTest, TmpfsIsRefusedWithAClearError) {
+  if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
+  NvmeTierConfig c = NvmeConfig();
+  c.dir = "/dev/shm/kvtier-nvme-test-" + std::to_string(getpid());
+  auto t = CreateNvmeTier(c);
+  std::filesystem::remove_all(c.dir);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("real disk"), std::string::npos) << t.status();
+}
+
+TEST_F(NvmeTierTest, UnwritableDirectoryIsAClearError) {
+  if (geteuid() == 0) GTEST_SKIP() << "root can write anywhere";
+  NvmeTierConfig c = NvmeConfig();
+  c.dir = "/proc/kvtier-nvme";
+  auto t = CreateNvmeTier(c);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("/proc/kvtier-nvme"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier::tiers

@@ -1,0 +1,162 @@
+// RocksDB-backed index of the NVMe tier; see nvme_index.h.
+#include "tiers/nvme/nvme_index.h"
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "rocksdb/db.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+
+namespace kvtier::tiers::nvme {
+namespace {
+
+constexpr char kPagePrefix = 'p';
+constexpr char kFingerprintKey[] = "meta/fingerprint";
+constexpr uint8_t kRecordVersion = 1;
+constexpr size_t kValueBytes = 1 + 16 + 8 + 4 + 8 + 8;
+
+template <typename T>
+void Append(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));  // little-endian hosts only (x86-64, arm64)
+  out.append(b, sizeof(T));
+}
+
+template <typename T>
+T Take(const char*& p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  p += sizeof(T);
+  return v;
+}
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  if (s.IsCorruption()) return absl::DataLossError(absl::StrCat(what, ": ", s.ToString()));
+  return absl::InternalError(absl::StrCat(what, ": ", s.ToString()));
+}
+
+}  // namespace
+
+std::string NvmeIndex::EncodeKey(absl::string_view ns, const PageKey& key) {
+  std::string k;
+  k.reserve(2 + ns.size() + kPageKeyBytes);
+  k.push_back(kPagePrefix);
+  k.push_back(static_cast<char>(ns.size()));
+  k.append(ns.data(), ns.size());
+  k.append(reinterpret_cast<const char*>(key.bytes.data()), kPageKeyBytes);
+  return k;
+}
+
+std::string NvmeIndex::EncodeValue(const IndexRecord& r) {
+  std::string v;
+  v.reserve(kValueBytes);
+  v.push_back(static_cast<char>(kRecordVersion));
+  v.append(reinterpret_cast<const char*>(r.parent.bytes.data()), kPageKeyBytes);
+  Append(v, r.offset);
+  Append(v, r.bytes);
+  Append(v, r.checksum);
+  Append(v, r.stamp);
+  return v;
+}
+
+bool NvmeIndex::Decode(absl::string_view key, absl::string_view value, IndexRecord* out) {
+  if (key.size() < 2 || key[0] != kPagePrefix) return false;
+  const size_t ns_len = static_cast<uint8_t>(key[1]);
+  if (ns_len == 0 || key.size() != 2 + ns_len + kPageKeyBytes) return false;
+  if (value.size() != kValueBytes || static_cast<uint8_t>(value[0]) != kRecordVersion) return false;
+  out->ns = std::string(key.substr(2, ns_len));
+  out->key = PageKey::FromBytes(key.data() + 2 + ns_len);
+  const char* p = value.data() + 1;
+  out->parent = PageKey::FromBytes(p);
+  p += kPageKeyBytes;
+  out->offset = Take<uint64_t>(p);
+  out->bytes = Take<uint32_t>(p);
+  out->checksum = Take<uint64_t>(p);
+  out->stamp = Take<uint64_t>(p);
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir,
+                                                           const std::string& fingerprint,
+                                                           bool* wiped) {
+  *wiped = false;
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  options.max_background_jobs = 2;
+  options.keep_log_file_num = 2;
+  options.max_log_file_size = 1 << 20;
+  // A truncated WAL tail after a crash is expected, not corruption.
+  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(options, dir, &db);
+  if (!s.ok()) return FromRocks(s, absl::StrCat("cannot open NVMe index at ", dir));
+  std::unique_ptr<NvmeIndex> index(new NvmeIndex(db));
+  std::string stored;
+  s = db->Get(rocksdb::ReadOptions(), kFingerprintKey, &stored);
+  if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "reading NVMe index fingerprint");
+  if (s.ok() && stored == fingerprint) return index;
+  if (s.ok()) {
+    // Geometry changed: every record would point at the wrong bytes.
+    *wiped = true;
+    rocksdb::WriteBatch batch;
+    batch.DeleteRange(db->DefaultColumnFamily(), std::string(1, kPagePrefix),
+                      std::string(1, kPagePrefix + 1));
+    s = db->Write(rocksdb::WriteOptions(), &batch);
+    if (!s.ok()) return FromRocks(s, "wiping stale NVMe index");
+  }
+  rocksdb::WriteOptions sync;
+  sync.sync = true;
+  s = db->Put(sync, kFingerprintKey, fingerprint);
+  if (!s.ok()) return FromRocks(s, "writing NVMe index fingerprint");
+  return index;
+}
+
+NvmeIndex::~NvmeIndex() {
+  if (db_ != nullptr) {
+    db_->FlushWAL(/*sync=*/true).PermitUncheckedError();
+    db_->Close().PermitUncheckedError();
+    delete db_;
+  }
+}
+
+absl::Status NvmeIndex::Put(const IndexRecord& r) {
+  // The WAL write reaches the OS before Put returns, so a process crash keeps
+  // it; the data it points at was made durable before this call.
+  return FromRocks(db_->Put(rocksdb::WriteOptions(), EncodeKey(r.ns, r.key), EncodeValue(r)),
+                   "NVMe index put");
+}
+
+absl::Status NvmeIndex::Delete(absl::string_view ns, const PageKey& key) {
+  return FromRocks(db_->Delete(rocksdb::WriteOptions(), EncodeKey(ns, key)), "NVMe index delete");
+}
+
+absl::StatusOr<uint64_t> NvmeIndex::ForEach(const std::function<bool(const IndexRecord&)>& fn) {
+  std::vector<std::string> doomed;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(std::string(1, kPagePrefix)); it->Valid() && it->key()[0] == kPagePrefix; it->Next()) {
+    IndexRecord r;
+    absl::string_view k(it->key().data(), it->key().size());
+    absl::string_view v(it->value().data(), it->value().size());
+    if (!Decode(k, v, &r) || !fn(r)) doomed.emplace_back(k);
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), "scanning NVMe index");
+  rocksdb::WriteBatch batch;
+  for (const std::string& k : doomed) batch.Delete(k);
+  if (!doomed.empty()) {
+    rocksdb::Status s = db_->Write(rocksdb::WriteOptions(), &batch);
+    if (!s.ok()) return FromRocks(s, "deleting invalid NVMe index records");
+  }
+  return doomed.size();
+}
+
+absl::StatusOr<uint64_t> NvmeIndex::Count() {
+  uint64_t n = 0;
+  auto deleted = ForEach([&n](const IndexRecord&) { ++n; return true; });
+  if (!deleted.ok()) return deleted.status();
+  return n;
+}
+
+}  // namespace kvtier::tiers::nvme

@@ -1,0 +1,60 @@
+// NvmeIndex: the NVMe tier's persistent index in RocksDB,
+// (namespace name, page key) -> slot, size, checksum, parent, recency.
+// The tier writes a record only after the page's bytes are durable and
+// deletes it before the slot is reused, so a record never points at bytes
+// that are not its page.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kvtier/page_key.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace kvtier::tiers::nvme {
+
+struct IndexRecord {
+  std::string ns;
+  PageKey key;
+  PageKey parent;
+  uint64_t offset = 0;  // byte offset of the slot in the data file
+  uint32_t bytes = 0;   // page bytes
+  uint64_t checksum = 0;
+  uint64_t stamp = 0;
+};
+
+class NvmeIndex {
+ public:
+  // Opens (creating) the database in `dir`. `fingerprint` describes the data
+  // file's geometry; when it differs from the stored one, every record is
+  // dropped (they would point at the wrong bytes) and *wiped is set.
+  static absl::StatusOr<std::unique_ptr<NvmeIndex>> Open(const std::string& dir,
+                                                         const std::string& fingerprint,
+                                                         bool* wiped);
+  ~NvmeIndex();
+
+  absl::Status Put(const IndexRecord& record);
+  absl::Status Delete(absl::string_view ns, const PageKey& key);
+  // Calls fn for each decodable record. Records that do not decode, and those
+  // for which fn returns false, are deleted. Returns how many were deleted.
+  absl::StatusOr<uint64_t> ForEach(const std::function<bool(const IndexRecord&)>& fn);
+  absl::StatusOr<uint64_t> Count();
+
+  static std::string EncodeKey(absl::string_view ns, const PageKey& key);
+  static std::string EncodeValue(const IndexRecord& r);
+  // Parses a stored pair; false when it is not a valid version-1 record.
+  static bool Decode(absl::string_view key, absl::string_view value, IndexRecord* out);
+
+ private:
+  explicit NvmeIndex(rocksdb::DB* db) : db_(db) {}
+  rocksdb::DB* db_;
+};
+
+}  // namespace kvtier::tiers::nvme

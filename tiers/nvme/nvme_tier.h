@@ -1,0 +1,34 @@
+// NvmeTier: the persistent tier. Pages live in fixed slots of a preallocated
+// O_DIRECT data file (a slab arena of 4 KiB-aligned slots over the file's
+// byte space); their index lives in RocksDB (nvme_index.h) so that a
+// restarted daemon serves every page whose bytes and record reached the disk.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tiers/nvme/device.h"
+#include "tiers/tier.h"
+
+namespace kvtier::tiers {
+
+struct NvmeTierConfig {
+  std::string dir;  // holds kvtier-nvme.data and index/ (RocksDB)
+  uint64_t capacity_bytes = 4ull << 30;
+  uint64_t slab_bytes = 16ull << 20;  // the largest page the tier holds
+  uint32_t io_threads = 1;
+  uint32_t queue_depth = 64;
+
+  absl::Status Validate() const;
+  std::string DataPath() const { return dir + "/kvtier-nvme.data"; }
+  std::string IndexPath() const { return dir + "/index"; }
+};
+
+// Opens or creates the data file and the index. `device` replaces the file
+// device (tests: a memory or fault-injecting device of capacity_bytes);
+// the index still lives under config.dir. Errors name the path at fault.
+absl::StatusOr<std::unique_ptr<Tier>> CreateNvmeTier(
+    const NvmeTierConfig& config, std::unique_ptr<nvme::Device> device = nullptr);
+
+}  // namespace kvtier::tiers

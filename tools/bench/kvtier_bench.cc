@@ -1,0 +1,166 @@
+// kvtier-bench: the figures in docs/BENCHMARKS.md, measured against a running
+// kvtierd (and redis-server for the baseline). scripts/bench.sh starts both
+// and runs every section; each figure is a median over --repeats.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "bench/zmq_floor.h"
+
+ABSL_FLAG(std::string, endpoint, "", "daemon endpoint, e.g. ipc:///tmp/x/kvtierd.sock");
+ABSL_FLAG(std::string, memory_endpoint, "",
+          "a fresh daemon for `memory` (default: --endpoint); earlier sections would leave "
+          "freed heap behind that hides the index's growth");
+ABSL_FLAG(std::string, tenant, "default", "tenant");
+ABSL_FLAG(std::string, token, "", "token");
+ABSL_FLAG(std::string, json, "", "also write every figure to this JSON file");
+ABSL_FLAG(int, repeats, 7, "repeats per figure; the median is reported");
+ABSL_FLAG(std::string, page_sizes, "256KiB,1MiB,4MiB", "page sizes for throughput and redis");
+ABSL_FLAG(std::string, batch_bytes, "32MiB", "bytes of pages per batched GET/PUT request");
+ABSL_FLAG(std::string, working_set, "256MiB", "bytes moved per timed repeat (and stored)");
+ABSL_FLAG(int, lookup_chain, 64, "keys per LOOKUP");
+ABSL_FLAG(int, lookup_calls, 21000, "timed single-client LOOKUPs");
+ABSL_FLAG(int, lookup_threads, 4, "client threads for the LOOKUPs/s figure");
+ABSL_FLAG(double, lookup_seconds, 0.5, "seconds per repeat of the multi-thread run");
+ABSL_FLAG(uint64_t, memory_pages, 250000, "1 KiB pages to index in `memory`");
+ABSL_FLAG(int, memory_chain, 64, "pages per PUT in `memory`");
+ABSL_FLAG(std::string, redis, "", "redis-server HOST:PORT for `redis`");
+
+namespace kvtier::bench {
+namespace {
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "kvtier-bench: %s\n", std::string(st.message()).c_str());
+  return 1;
+}
+
+absl::StatusOr<BenchOptions> OptionsFromFlags() {
+  BenchOptions o;
+  o.endpoint = absl::GetFlag(FLAGS_endpoint);
+  o.memory_endpoint = absl::GetFlag(FLAGS_memory_endpoint);
+  if (o.memory_endpoint.empty()) o.memory_endpoint = o.endpoint;
+  o.tenant = absl::GetFlag(FLAGS_tenant);
+  o.token = absl::GetFlag(FLAGS_token);
+  o.repeats = std::max(1, absl::GetFlag(FLAGS_repeats));
+  bool ok = true, all_ok = true;
+  o.batch_bytes = ParseBytes(absl::GetFlag(FLAGS_batch_bytes), &ok);
+  all_ok &= ok;
+  o.working_set_bytes = ParseBytes(absl::GetFlag(FLAGS_working_set), &ok);
+  all_ok &= ok;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_page_sizes), ',')) {
+    o.page_sizes.push_back(ParseBytes(std::string(s), &ok));
+    all_ok &= ok;
+  }
+  if (!all_ok) return absl::InvalidArgumentError("bad size in --batch_bytes/--working_set/--page_sizes");
+  o.lookup_chain = absl::GetFlag(FLAGS_lookup_chain);
+  o.lookup_calls = absl::GetFlag(FLAGS_lookup_calls);
+  o.lookup_threads = absl::GetFlag(FLAGS_lookup_threads);
+  o.lookup_seconds = absl::GetFlag(FLAGS_lookup_seconds);
+  o.memory_pages = absl::GetFlag(FLAGS_memory_pages);
+  o.memory_chain = absl::GetFlag(FLAGS_memory_chain);
+  o.redis = absl::GetFlag(FLAGS_redis);
+  return o;
+}
+
+// Targets of docs/BENCHMARKS.md, judged on the medians.
+nlohmann::json JudgeTargets(const nlohmann::json& r) {
+  nlohmann::json t = nlohmann::json::array();
+  auto add = [&](std::string name, double value, std::string op, double target) {
+    const bool pass = op == ">=" ? value >= target : value <= target;
+    t.push_back({{"name", name}, {"value", value}, {"op", op}, {"target", target}, {"pass", pass}});
+  };
+  if (r.contains("throughput"))
+    for (const auto& s : r["throughput"]) {
+      if (s["page_bytes"].get<uint64_t>() < (1u << 20)) continue;
+      const std::string size = HumanBytes(s["page_bytes"].get<uint64_t>());
+      add("GET/memcpy, " + size + " pages, batched", s["get_batch"]["ratio_to_memcpy"], ">=", 0.8);
+      add("PUT/memcpy, " + size + " pages, batched", s["put_batch"]["ratio_to_memcpy"], ">=", 0.8);
+    }
+  if (r.contains("lookup")) {
+    add("LOOKUP p99 (us), 64-key chain", r["lookup"]["latency_us"]["p99"], "<=", 100);
+    add("LOOKUPs/s, 4 clients", r["lookup"]["lookups_per_s"]["median"], ">=", 50000);
+  }
+  if (r.contains("redis"))
+    for (const auto& s : r["redis"]) {
+      if (s["page_bytes"] != (1u << 20) || !s["get_batch"].contains("kvtier_over_redis")) continue;
+      add("kvtier/Redis GET, 1 MiB, vs best Redis mode", s["get_kvtier_batch_over_best_redis"], ">=", 3);
+      add("kvtier/Redis PUT, 1 MiB, vs best Redis mode", s["set_kvtier_batch_over_best_redis"], ">=", 3);
+    }
+  if (r.contains("memory"))
+    add("daemon RssAnon bytes per indexed page", r["memory"]["rss_anon_bytes_per_page"], "<=", 200);
+  return t;
+}
+
+int Main(const std::vector<std::string>& commands) {
+  auto opts = OptionsFromFlags();
+  if (!opts.ok()) return Fail(opts.status());
+  const BenchOptions& o = *opts;
+  auto wants = [&](const char* name) {
+    for (const auto& c : commands)
+      if (c == name || c == "all") return true;
+    return false;
+  };
+  for (const auto& c : commands)
+    if (c != "all" && c != "throughput" && c != "lookup" && c != "redis" && c != "memory")
+      return Fail(absl::InvalidArgumentError("unknown section '" + c + "'"));
+  nlohmann::json report = {{"options",
+                            {{"endpoint", o.endpoint}, {"memory_endpoint", o.memory_endpoint},
+                             {"repeats", o.repeats}, {"batch_bytes", o.batch_bytes},
+                             {"working_set_bytes", o.working_set_bytes}, {"redis", o.redis}}}};
+  // The Redis ratio divides by kvtier figures from this same run (when a
+  // daemon is given; without one `redis` reports Redis alone).
+  if (wants("throughput") || (wants("redis") && !o.endpoint.empty())) {
+    auto r = RunThroughput(o);
+    if (!r.ok()) return Fail(r.status());
+    report["throughput"] = *r;
+  }
+  if (wants("lookup")) {
+    auto r = RunLookup(o);
+    if (!r.ok()) return Fail(r.status());
+    report["lookup"] = *r;
+  }
+  if (wants("redis")) {
+    auto r = RunRedis(o, report.value("throughput", nlohmann::json::array()));
+    if (!r.ok()) return Fail(r.status());
+    report["redis"] = *r;
+  }
+  if (wants("memory")) {
+    auto r = RunMemory(o);
+    if (!r.ok()) return Fail(r.status());
+    report["memory"] = *r;
+  }
+  report["targets"] = JudgeTargets(report);
+  std::printf("targets:\n");
+  for (const auto& t : report["targets"])
+    std::printf("  %-4s %-42s %10.2f  (target %s %g)\n", t["pass"].get<bool>() ? "PASS" : "MISS",
+                t["name"].get<std::string>().c_str(), t["value"].get<double>(),
+                t["op"].get<std::string>().c_str(), t["target"].get<double>());
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream f(path);
+    f << report.dump(2) << "\n";
+    if (!f) return Fail(absl::UnavailableError("cannot write " + path));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvtier::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kvtier-bench [throughput] [lookup] [redis] [memory] [all] --endpoint=ipc://... "
+      "[--memory_endpoint=...] [--redis=127.0.0.1:PORT] [--json=FILE]\n"
+      "Measures a running kvtierd; scripts/bench.sh starts the daemons and runs everything.");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> commands(args.begin() + 1, args.end());
+  if (commands.size() == 2 && commands[0] == "zmq-echo") return kvtier::bench::RunZmqEcho(commands[1]);
+  if (commands.empty()) commands.push_back("all");
+  return kvtier::bench::Main(commands);
+}
