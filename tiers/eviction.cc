@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kvtier/test_hooks.h"
 #include "tiers/tier_manager_impl.h"
 
 #define XXH_INLINE_ALL
@@ -18,13 +19,21 @@ constexpr int kVictimAttempts = 4;  // races with readers are retried this often
 
 }  // namespace
 
+// Leaf-first matters when a page leaves the store: a suffix without its
+// prefix is useless. A demotion keeps the page, and a child demoted to a
+// lower tier still counts as resident, so below the last tier plain LRU order
+// (chains are touched tail-first) is the right one.
+uint32_t TierManager::Impl::ScanLimit(size_t t) const {
+  return IsLastTier(t) ? config.leaf_scan_limit : 0;
+}
+
 int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns) {
   Victim best;
   int best_shard = -1;
   for (uint32_t i = 0; i < index.num_shards(); ++i) {
     IndexShard& shard = index.shard(i);
     absl::MutexLock lock(&shard.mu);
-    Victim v = shard.FindVictimLocked(static_cast<uint8_t>(t), ns, config.leaf_scan_limit);
+    Victim v = shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t));
     if (v.BetterThan(best)) {
       best = v;
       best_shard = static_cast<int>(i);
@@ -41,7 +50,7 @@ size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns) {
     shard.mu.Lock();
     // Re-pick under the lock: the shard may have changed since the scan.
     PageEntry* e =
-        shard.FindVictimLocked(static_cast<uint8_t>(t), ns, config.leaf_scan_limit).entry;
+        shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t)).entry;
     if (e == nullptr) {
       shard.mu.Unlock();
       continue;
@@ -102,6 +111,7 @@ size_t TierManager::Impl::Demote(IndexShard& shard, PageEntry* e, size_t t) {
       meta.ns_name = {};  // nothing was recorded: nothing to forget below
     }
   }
+  if (copied) KVTIER_KILL_POINT("demote.after_persist");
   shard.mu.Lock();
   if (copied && !e->detached() && e->pins == 1) {
     UnpinLocked(e);
@@ -179,8 +189,12 @@ size_t TierManager::Impl::EvictTo(size_t t, uint64_t target) {
 }
 
 void TierManager::Impl::KickEvictorIfHigh(size_t t) {
-  if (!config.start_evictor_thread) return;
   if (tiers[t]->tier->used_bytes() <= tiers[t]->high_bytes) return;
+  KickEvictor(t);
+}
+
+void TierManager::Impl::KickEvictor(size_t t) {
+  if (!config.start_evictor_thread) return;
   absl::MutexLock lock(&evictor_mu);
   evictor_kick = true;
   evictor_cv.Signal();

@@ -49,7 +49,8 @@ Victim IndexShard::ScanList(const List& list, uint32_t scan_limit) {
   // so a run of pinned pages at the tail cannot stall eviction.
   if (fallback.entry == nullptr) {
     for (PageEntry* e = list.tail(); e != nullptr; e = List::Newer(e)) {
-      if (e->pins == 0) return Victim{e, e->stamp, e->resident_children == 0};
+      // scan_limit 0 means plain LRU: every candidate counts as a leaf.
+      if (e->pins == 0) return Victim{e, e->stamp, scan_limit == 0 || e->resident_children == 0};
     }
   }
   return fallback;

@@ -96,7 +96,8 @@ class IndexShard {
 
   // Best unpinned victim of `tier` in this shard: the oldest leaf found
   // within `scan_limit` entries of each list's tail, else the oldest
-  // unpinned non-leaf. `ns` restricts the search to one namespace (0: all).
+  // unpinned non-leaf; scan_limit 0: the oldest unpinned entry, as a leaf.
+  // `ns` restricts the search to one namespace (0: all).
   Victim FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

@@ -45,7 +45,8 @@ bool TierManager::Impl::ChargeQuota(NamespaceId ns, size_t t, uint64_t bytes) {
   return true;
 }
 
-absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t bytes) {
+absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t bytes,
+                                                              bool evict) {
   Tier& tier = *tiers[t]->tier;
   // Bounded: with mixed page sizes, freeing a slab may take many evictions,
   // but a request must never spin; the evictor keeps headroom normally.
@@ -53,6 +54,7 @@ absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t 
   for (uint64_t evicted = 0;; ++evicted) {
     absl::StatusOr<Slot> slot = tier.Allocate(bytes);
     if (slot.ok() || !absl::IsResourceExhausted(slot.status())) return slot;
+    if (!evict) return slot;
     if (evicted >= max_evictions || EvictOne(t, 0) == 0) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "full (", tier.used_bytes(), " of ", tier.capacity_bytes(), " bytes used, ", evicted,
@@ -75,16 +77,18 @@ bool TierManager::Impl::Dedup(NamespaceId ns, const PageKey& key, const PageKey&
   return true;
 }
 
-absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint64_t bytes) {
+absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint64_t bytes,
+                                                   bool evict) {
   if (!ChargeQuota(ns, t, bytes)) {
     const NamespaceState& s = *Ns(ns);
     return absl::ResourceExhaustedError(absl::StrCat("over quota (", s.tier_bytes[t].load(), " of ",
                                                      s.quota[t],
                                                      " bytes used, own pages pinned or too few)"));
   }
-  absl::StatusOr<Slot> slot = AllocateWithEviction(t, bytes);
+  absl::StatusOr<Slot> slot = AllocateWithEviction(t, bytes, evict);
   if (!slot.ok()) {
     Uncharge(ns, t, bytes);
+    if (!evict) KickEvictor(t);
     return slot.status();
   }
   KickEvictorIfHigh(t);
@@ -134,7 +138,7 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
   }
   std::string why;
   for (size_t t = 0; t < impl_->tiers.size(); ++t) {
-    absl::StatusOr<Slot> slot = impl_->ReserveIn(ns, t, bytes);
+    absl::StatusOr<Slot> slot = impl_->ReserveIn(ns, t, bytes, impl_->EvictsInline(t));
     if (!slot.ok()) {
       absl::StrAppend(&why, why.empty() ? "" : "; ",
                       std::string(TierName(impl_->tiers[t]->tier->kind())), " tier ", t, ": ",

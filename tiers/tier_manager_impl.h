@@ -76,10 +76,16 @@ struct TierManager::Impl {
   // Charges `bytes` to ns in tier t, first evicting ns's own pages there
   // when that is what it takes. False when the quota cannot be met.
   bool ChargeQuota(NamespaceId ns, size_t t, uint64_t bytes);
-  absl::StatusOr<Slot> AllocateWithEviction(size_t t, uint64_t bytes);
+  absl::StatusOr<Slot> AllocateWithEviction(size_t t, uint64_t bytes, bool evict = true);
   // PUT steps: refresh a present key; charge and allocate in tier t; publish.
   bool Dedup(NamespaceId ns, const PageKey& key, const PageKey& parent);
-  absl::StatusOr<Slot> ReserveIn(NamespaceId ns, size_t t, uint64_t bytes);
+  absl::StatusOr<Slot> ReserveIn(NamespaceId ns, size_t t, uint64_t bytes, bool evict = true);
+  // PUTs never demote inline into a persistent tier: that would put disk
+  // writes and fsyncs on the request path. Such a tier is filled by the
+  // evictor thread; a PUT that finds no room above it lands in it directly.
+  bool EvictsInline(size_t t) const {
+    return IsLastTier(t) || !tiers[t + 1]->tier->persistent();
+  }
   bool Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t, const Slot& slot,
               uint64_t checksum);
 
@@ -88,6 +94,7 @@ struct TierManager::Impl {
   size_t EvictOne(size_t t, NamespaceId ns);
   size_t EvictTo(size_t t, uint64_t target);
   void KickEvictorIfHigh(size_t t);
+  void KickEvictor(size_t t);
   void StartEvictor();
   void StopEvictor();
 
@@ -110,6 +117,7 @@ struct TierManager::Impl {
       ABSL_UNLOCK_FUNCTION(shard.mu);
   bool CopyBetweenTiers(size_t from, const Slot& src, size_t to, const Slot& dst);
   int PickVictimShard(size_t t, NamespaceId ns);
+  uint32_t ScanLimit(size_t t) const;
   void EvictorLoop();
 
   absl::Mutex evictor_mu;

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "kvtier/test_hooks.h"
 #include "tiers/nvme/nvme_index.h"
 #include "tiers/slab_arena.h"
 
@@ -71,6 +72,7 @@ class NvmeTier final : public Tier {
       std::memset(bounce.data + n, 0, len - n);
       st = device_->Write(slot.offset, bounce.data, len);
     }
+    KVTIER_KILL_POINT("nvme.write.after_data");
     if (st.ok()) bytes_written_.fetch_add(n, std::memory_order_relaxed);
     return st;
   }
@@ -111,9 +113,12 @@ class NvmeTier final : public Tier {
   absl::Status Persist(const Slot& slot, const PageMeta& meta) override {
     // Bytes first: once the record exists it must point at the page.
     if (absl::Status st = device_->Flush(); !st.ok()) return st;
+    KVTIER_KILL_POINT("nvme.persist.after_data");
     nvme::IndexRecord r{std::string(meta.ns_name), meta.key, meta.parent, slot.offset,
                         slot.bytes, meta.checksum, meta.stamp};
-    return index_->Put(r);
+    absl::Status st = index_->Put(r);
+    KVTIER_KILL_POINT("nvme.persist.after_index");
+    return st;
   }
 
   void Unpersist(const Slot&, const PageMeta& meta) override {
