@@ -42,31 +42,82 @@ int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns) {
   return best_shard;
 }
 
-size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns) {
+PageEntry* TierManager::Impl::TakeVictim(size_t t, NamespaceId ns, bool* dropped) {
+  *dropped = false;
   for (int attempt = 0; attempt < kVictimAttempts; ++attempt) {
     const int s = PickVictimShard(t, ns);
-    if (s < 0) return 0;
+    if (s < 0) return nullptr;
     IndexShard& shard = index.shard(s);
     shard.mu.Lock();
     // Re-pick under the lock: the shard may have changed since the scan.
-    PageEntry* e =
-        shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t)).entry;
+    PageEntry* e = shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t)).entry;
     if (e == nullptr) {
       shard.mu.Unlock();
       continue;
     }
-    if (IsLastTier(t)) return DropLocked(shard, e, t);
-    if (!Admit(e, t)) {
-      tiers[t]->admission_drops.fetch_add(1, std::memory_order_relaxed);
-      return DropLocked(shard, e, t);
+    if (IsLastTier(t) || !Admit(e, t)) {
+      if (!IsLastTier(t)) tiers[t]->admission_drops.fetch_add(1, std::memory_order_relaxed);
+      DropLocked(shard, e, t);
+      *dropped = true;
+      return nullptr;
     }
     // The evictor's own pin keeps readers' pins countable and stops a second
     // evictor from choosing the same page while it is copied.
     PinLocked(e);
     shard.mu.Unlock();
-    if (Demote(shard, e, t) > 0) return 1;
+    return e;
+  }
+  return nullptr;
+}
+
+size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns) {
+  for (int attempt = 0; attempt < kVictimAttempts; ++attempt) {
+    bool dropped = false;
+    PageEntry* e = TakeVictim(t, ns, &dropped);
+    if (dropped) return 1;
+    if (e == nullptr) return 0;
+    Demotion d = PrepareDemotion(e, t);
+    if (d.copied && tiers[t + 1]->tier->persistent()) {
+      d.persisted = tiers[t + 1]->tier->Persist(*d.dst, d.meta).ok();
+      d.copied = d.persisted;
+    }
+    if (FinishDemotion(d) > 0) return 1;
   }
   return 0;
+}
+
+// A batch of demotions into a persistent tier shares one fdatasync and one
+// index write: per-page syncs would cap demotion at the disk's sync rate.
+size_t TierManager::Impl::DemoteBatch(size_t t, size_t max_pages, uint64_t target) {
+  std::vector<Demotion> batch;
+  size_t left = 0;
+  uint64_t leaving = 0;  // bytes the picked pages will free
+  const Tier& tier = *tiers[t]->tier;
+  while (batch.size() + left < max_pages && tier.used_bytes() > target + leaving) {
+    bool dropped = false;
+    PageEntry* e = TakeVictim(t, 0, &dropped);
+    if (dropped) {
+      ++left;
+      continue;
+    }
+    if (e == nullptr) break;
+    batch.push_back(PrepareDemotion(e, t));
+    leaving += batch.back().old.bytes;
+  }
+  std::vector<Slot> slots;
+  std::vector<PageMeta> metas;
+  for (const Demotion& d : batch) {
+    if (!d.copied) continue;
+    slots.push_back(*d.dst);
+    metas.push_back(d.meta);
+  }
+  const bool persisted = slots.empty() || tiers[t + 1]->tier->PersistBatch(slots, metas).ok();
+  for (Demotion& d : batch) {
+    d.persisted = d.copied && persisted;
+    d.copied = d.persisted;
+    left += FinishDemotion(d);
+  }
+  return left;
 }
 
 size_t TierManager::Impl::DropLocked(IndexShard& shard, PageEntry* e, size_t t) {
@@ -83,57 +134,57 @@ size_t TierManager::Impl::DropLocked(IndexShard& shard, PageEntry* e, size_t t) 
   return 1;
 }
 
-size_t TierManager::Impl::Demote(IndexShard& shard, PageEntry* e, size_t t) {
+TierManager::Impl::Demotion TierManager::Impl::PrepareDemotion(PageEntry* e, size_t t) {
+  Demotion d;
+  d.e = e;
+  d.shard = &index.ShardFor(e->ns, e->key);
+  d.from = t;
   // Pinned by us: these fields cannot change until we unpin.
-  const Slot old = e->slot;
+  d.old = e->slot;
   const NamespaceId ns = e->ns;
   const size_t to = t + 1;
-  absl::StatusOr<Slot> dst = absl::ResourceExhaustedError("over quota in lower tier");
-  if (ChargeQuota(ns, to, old.bytes)) {
-    dst = AllocateWithEviction(to, old.bytes);
-    if (!dst.ok()) Uncharge(ns, to, old.bytes);
+  if (ChargeQuota(ns, to, d.old.bytes)) {
+    d.dst = AllocateWithEviction(to, d.old.bytes);
+    if (!d.dst.ok()) Uncharge(ns, to, d.old.bytes);
   }
-  bool copied = dst.ok() && CopyBetweenTiers(t, old, to, *dst);
-  // A persistent tier records the page once its bytes are durable there.
-  Tier& lower = *tiers[to]->tier;
-  PageMeta meta;
-  uint64_t checksum = 0;
-  if (copied && lower.persistent()) {
+  d.copied = d.dst.ok() && CopyBetweenTiers(t, d.old, to, *d.dst);
+  if (d.copied && tiers[to]->tier->persistent()) {
     // RAM pages carry no checksum; the copy that leaves for NVMe gets one.
-    if (const uint8_t* p = tiers[t]->tier->Address(old)) checksum = XXH3_64bits(p, old.bytes);
-    {
-      absl::MutexLock lock(&shard.mu);
-      meta = MetaOf(e);
-    }
-    if (checksum != 0) meta.checksum = checksum;
-    if (!lower.Persist(*dst, meta).ok()) {
-      copied = false;
-      meta.ns_name = {};  // nothing was recorded: nothing to forget below
-    }
+    if (const uint8_t* p = tiers[t]->tier->Address(d.old)) d.checksum = XXH3_64bits(p, d.old.bytes);
+    absl::MutexLock lock(&d.shard->mu);
+    d.meta = MetaOf(e);
+    if (d.checksum != 0) d.meta.checksum = d.checksum;
   }
-  if (copied) KVTIER_KILL_POINT("demote.after_persist");
+  return d;
+}
+
+size_t TierManager::Impl::FinishDemotion(Demotion& d) {
+  PageEntry* e = d.e;
+  IndexShard& shard = *d.shard;
+  const size_t t = d.from, to = t + 1;
+  const NamespaceId ns = e->ns;
   shard.mu.Lock();
-  if (copied && !e->detached() && e->pins == 1) {
+  if (d.copied && !e->detached() && e->pins == 1) {
     UnpinLocked(e);
     tiers[t]->pages.fetch_sub(1, std::memory_order_relaxed);
     tiers[to]->pages.fetch_add(1, std::memory_order_relaxed);
-    e->slot = *dst;
-    if (checksum != 0) e->checksum = checksum;
-    // A fresh stamp in the lower tier: pages arrive there in eviction order,
-    // which is already leaf-first.
+    e->slot = *d.dst;
+    if (d.checksum != 0) e->checksum = d.checksum;
+    // A fresh stamp in the lower tier: pages arrive there in eviction order.
     shard.MoveTierLocked(e, static_cast<uint8_t>(to), NextStamp());
     shard.mu.Unlock();
-    tiers[t]->tier->Free(old);
-    Uncharge(ns, t, old.bytes);
+    tiers[t]->tier->Free(d.old);
+    Uncharge(ns, t, d.old.bytes);
     tiers[t]->evictions.fetch_add(1, std::memory_order_relaxed);
     tiers[t]->demotions.fetch_add(1, std::memory_order_relaxed);
     KickEvictorIfHigh(to);
     return 1;
   }
-  if (dst.ok()) {
-    if (lower.persistent() && !meta.ns_name.empty()) lower.Unpersist(*dst, meta);
-    tiers[to]->tier->Free(*dst);
-    Uncharge(ns, to, old.bytes);
+  if (d.dst.ok()) {
+    Tier& lower = *tiers[to]->tier;
+    if (d.persisted) lower.Unpersist(*d.dst, d.meta);
+    lower.Free(*d.dst);
+    Uncharge(ns, to, d.old.bytes);
   }
   return AbandonDemotionLocked(shard, e, t);
 }
@@ -179,8 +230,12 @@ size_t TierManager::Impl::EvictTo(size_t t, uint64_t target) {
   size_t total = 0;
   while (tier.used_bytes() > target && !stopping.load(std::memory_order_relaxed)) {
     size_t batch = 0;
-    while (batch < config.eviction_batch && tier.used_bytes() > target && EvictOne(t, 0) > 0) {
-      ++batch;
+    if (!IsLastTier(t) && tiers[t + 1]->tier->persistent()) {
+      batch = DemoteBatch(t, config.eviction_batch, target);
+    } else {
+      while (batch < config.eviction_batch && tier.used_bytes() > target && EvictOne(t, 0) > 0) {
+        ++batch;
+      }
     }
     total += batch;
     if (batch < config.eviction_batch) break;  // nothing more evictable (or done)

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -85,6 +86,14 @@ class Tier {
   // durable *before* the record, so a crash never yields a record whose bytes
   // are not there.
   virtual absl::Status Persist(const Slot& slot, const PageMeta& meta) { return absl::OkStatus(); }
+  // Persist for many pages at once (one sync for all their bytes).
+  virtual absl::Status PersistBatch(const std::vector<Slot>& slots,
+                                    const std::vector<PageMeta>& metas) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (absl::Status st = Persist(slots[i], metas[i]); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
   // Forgets the record of a page; called before its slot is freed so the
   // record never outlives the bytes.
   virtual void Unpersist(const Slot& slot, const PageMeta& meta) {}

@@ -110,9 +110,28 @@ struct TierManager::Impl {
 
  private:
   size_t DropLocked(IndexShard& shard, PageEntry* e, size_t t) ABSL_UNLOCK_FUNCTION(shard.mu);
-  // Moves e (pinned once, by the caller) one tier down; drops it when the
-  // lower tier cannot take it. Returns pages that left tier t.
-  size_t Demote(IndexShard& shard, PageEntry* e, size_t t);
+  // The next victim of tier t: dropped at once (*dropped) when it leaves the
+  // store, else returned pinned once by us for demotion; nullptr when none.
+  PageEntry* TakeVictim(size_t t, NamespaceId ns, bool* dropped);
+  // Demoting e (pinned by us) one tier down: allocate and copy, then (for a
+  // persistent lower tier, possibly batched) persist, then switch the entry
+  // over, or drop it when the lower tier cannot take it.
+  struct Demotion {
+    PageEntry* e = nullptr;
+    IndexShard* shard = nullptr;
+    size_t from = 0;
+    Slot old;
+    absl::StatusOr<Slot> dst = absl::ResourceExhaustedError("over quota in lower tier");
+    bool copied = false;
+    bool persisted = false;
+    uint64_t checksum = 0;
+    PageMeta meta;
+  };
+  Demotion PrepareDemotion(PageEntry* e, size_t t);
+  // Returns pages that left tier t (0 or 1).
+  size_t FinishDemotion(Demotion& d);
+  // Up to max_pages, stopping once tier t would be at or below target bytes.
+  size_t DemoteBatch(size_t t, size_t max_pages, uint64_t target);
   size_t AbandonDemotionLocked(IndexShard& shard, PageEntry* e, size_t t)
       ABSL_UNLOCK_FUNCTION(shard.mu);
   bool CopyBetweenTiers(size_t from, const Slot& src, size_t to, const Slot& dst);

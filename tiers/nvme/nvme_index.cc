@@ -129,6 +129,12 @@ absl::Status NvmeIndex::Put(const IndexRecord& r) {
                    "NVMe index put");
 }
 
+absl::Status NvmeIndex::PutBatch(const std::vector<IndexRecord>& records) {
+  rocksdb::WriteBatch batch;
+  for (const IndexRecord& r : records) batch.Put(EncodeKey(r.ns, r.key), EncodeValue(r));
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "NVMe index batch put");
+}
+
 absl::Status NvmeIndex::Delete(absl::string_view ns, const PageKey& key) {
   return FromRocks(db_->Delete(rocksdb::WriteOptions(), EncodeKey(ns, key)), "NVMe index delete");
 }

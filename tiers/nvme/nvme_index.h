@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -41,6 +42,8 @@ class NvmeIndex {
   ~NvmeIndex();
 
   absl::Status Put(const IndexRecord& record);
+  // All records in one atomic write.
+  absl::Status PutBatch(const std::vector<IndexRecord>& records);
   absl::Status Delete(absl::string_view ns, const PageKey& key);
   // Calls fn for each decodable record. Records that do not decode, and those
   // for which fn returns false, are deleted. Returns how many were deleted.

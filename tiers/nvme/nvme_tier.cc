@@ -121,6 +121,19 @@ class NvmeTier final : public Tier {
     return st;
   }
 
+  absl::Status PersistBatch(const std::vector<Slot>& slots,
+                            const std::vector<PageMeta>& metas) override {
+    if (absl::Status st = device_->Flush(); !st.ok()) return st;
+    std::vector<nvme::IndexRecord> records;
+    records.reserve(slots.size());
+    for (size_t i = 0; i < slots.size(); ++i) {
+      records.push_back(nvme::IndexRecord{std::string(metas[i].ns_name), metas[i].key,
+                                          metas[i].parent, slots[i].offset, slots[i].bytes,
+                                          metas[i].checksum, metas[i].stamp});
+    }
+    return index_->PutBatch(records);
+  }
+
   void Unpersist(const Slot&, const PageMeta& meta) override {
     // Best effort: if this fails the record may survive a restart, where the
     // checksum check on read turns it into a miss.
