@@ -146,30 +146,29 @@ absl::Status Daemon::Run(const std::atomic<bool>& stop) {
   return absl::OkStatus();
 }
 
-void Daemon::OnCompletion() {
+// Every frame of one multipart message that is ready now.
+Daemon::Frames Daemon::RecvMultipart(zmq::socket_t& socket) {
   Frames frames;
   for (;;) {
     zmq::message_t msg;
-    if (!completions_->recv(msg, zmq::recv_flags::dontwait)) break;
+    if (!socket.recv(msg, zmq::recv_flags::dontwait)) break;
     bool more = msg.more();
     frames.push_back(std::move(msg));
     if (!more) break;
   }
+  return frames;
+}
+
+void Daemon::OnCompletion() {
+  Frames frames = RecvMultipart(*completions_);
   for (size_t i = 0; i < frames.size(); ++i) {
-    auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::dontwait;
+    auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
     router_->send(frames[i], flags | zmq::send_flags::dontwait);
   }
 }
 
 void Daemon::OnRouterMessage() {
-  Frames frames;
-  for (;;) {
-    zmq::message_t msg;
-    if (!router_->recv(msg, zmq::recv_flags::dontwait)) break;
-    bool more = msg.more();
-    frames.push_back(std::move(msg));
-    if (!more) break;
-  }
+  Frames frames = RecvMultipart(*router_);
   if (frames.empty()) return;
   std::string routing_id = frames[0].to_string();
   frames.erase(frames.begin());

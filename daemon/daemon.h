@@ -48,6 +48,7 @@ class Daemon {
   explicit Daemon(DaemonConfig config);
   absl::Status Init();
   absl::Status BindEndpoints();
+  static Frames RecvMultipart(zmq::socket_t& socket);
   void OnRouterMessage();
   void OnCompletion();
   void Dispatch(const std::string& routing_id, Frames& frames);
