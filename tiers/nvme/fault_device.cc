@@ -128,9 +128,11 @@ class FaultInjectingDevice final : public Device {
     inner_->ReadAsync(offset, tmp.get(), n, [=, this, cb = std::move(cb)](absl::Status s) {
       if (!s.ok()) return cb(std::move(s));
       std::memcpy(tmp.get(), buf, n / 2);
-      inner_->WriteAsync(offset, tmp.get(), n, [=, this, cb = std::move(cb)](absl::Status s) {
-        cb(s.ok() ? Injected(kind, true, offset, n) : std::move(s));
-      });
+      // `tmp` must live until this write completes: capture it explicitly.
+      inner_->WriteAsync(offset, tmp.get(), n,
+                         [this, tmp, kind, offset, n, cb = std::move(cb)](absl::Status s) {
+                           cb(s.ok() ? Injected(kind, true, offset, n) : std::move(s));
+                         });
     });
   }
 

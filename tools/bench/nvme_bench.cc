@@ -227,6 +227,10 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_fill)) {
     const Clock::time_point t0 = Clock::now();
     Fill(dev, arena, max_bs, max_qd);
+    if (absl::Status s = dev.Flush(); !s.ok()) {
+      std::cerr << s << "\n";
+      return 1;
+    }
     const double fill_s = std::chrono::duration<double>(Clock::now() - t0).count();
     std::cout << absl::StrFormat("# filled %u MiB in %.2f s (%.0f MiB/s)\n", size >> 20,
                                  fill_s, (size >> 20) / fill_s);
