@@ -188,13 +188,10 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
       reply.response = ErrorResponse(job->request_id, st);
       return ReplyFrames(job->routing_id, std::move(reply));
     }
-    uint32_t stored = 0;
-    // Commit tail-first so a chain's ancestors end up more recent than its
-    // descendants (leaf-first eviction).
-    for (size_t r = job->reservations.size(); r-- > 0;) {
-      if (job->reservations[r].Commit()) ++stored;
-      else ++job->deduplicated;
-    }
+    // Tail-first, with one sync for pages that went straight to NVMe.
+    const size_t reserved = job->reservations.size();
+    const uint32_t stored = static_cast<uint32_t>(tiers::Reservation::CommitAll(job->reservations));
+    job->deduplicated += static_cast<uint32_t>(reserved - stored);
     job->reservations.clear();
     job->frames.clear();
     reply.response.set_version(kProtocolVersion);

@@ -47,7 +47,7 @@ start_kvtierd() {
   local dir="$TMP/$1"
   mkdir -p "$dir"
   "$KVTIERD" --socket="$dir/kvtierd.sock" --state_dir="$dir/state" --host_bytes="$2" \
-    --log_level=warn >"$dir/log" 2>&1 &
+    --nvme_bytes=0 --log_level=warn >"$dir/log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do
     "$CTL" --endpoint="ipc://$dir/kvtierd.sock" stats >/dev/null 2>&1 && return 0

@@ -80,6 +80,7 @@ size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns) {
     if (d.copied && tiers[t + 1]->tier->persistent()) {
       d.persisted = tiers[t + 1]->tier->Persist(*d.dst, d.meta).ok();
       d.copied = d.persisted;
+      if (d.persisted) KVTIER_KILL_POINT("demote.after_persist");
     }
     if (FinishDemotion(d) > 0) return 1;
   }
@@ -112,6 +113,7 @@ size_t TierManager::Impl::DemoteBatch(size_t t, size_t max_pages, uint64_t targe
     metas.push_back(d.meta);
   }
   const bool persisted = slots.empty() || tiers[t + 1]->tier->PersistBatch(slots, metas).ok();
+  if (persisted && !slots.empty()) KVTIER_KILL_POINT("demote.after_persist");
   for (Demotion& d : batch) {
     d.persisted = d.copied && persisted;
     d.copied = d.persisted;

@@ -216,6 +216,43 @@ bool Reservation::Commit() {
       return false;
     }
   }
+  return Publish();
+}
+
+size_t Reservation::CommitAll(std::vector<Reservation>& rs) {
+  // Pages that landed on a persistent tier share one sync and one index
+  // write per tier instead of one each.
+  std::vector<Slot> slots;
+  std::vector<PageMeta> metas;
+  Tier* persistent = nullptr;
+  for (Reservation& r : rs) {
+    if (r.mgr_ == nullptr) continue;
+    Tier& tier = *r.mgr_->impl_->tiers[r.tier_index_]->tier;
+    if (!tier.persistent()) continue;
+    if (!r.filled_ || (persistent != nullptr && persistent != &tier)) {
+      r.Release();
+      continue;
+    }
+    persistent = &tier;
+    slots.push_back(r.slot_);
+    metas.push_back(PageMeta{r.mgr_->impl_->Ns(r.ns_)->name, r.key_, r.parent_, r.checksum_, 0});
+  }
+  const bool persisted = slots.empty() || persistent->PersistBatch(slots, metas).ok();
+  size_t stored = 0;
+  // Tail-first: a chain's ancestors end up more recent than its descendants.
+  for (size_t i = rs.size(); i-- > 0;) {
+    Reservation& r = rs[i];
+    if (r.mgr_ == nullptr) continue;
+    if (!persisted && r.mgr_->impl_->tiers[r.tier_index_]->tier->persistent()) {
+      r.Release();
+      continue;
+    }
+    stored += r.Publish() ? 1 : 0;
+  }
+  return stored;
+}
+
+bool Reservation::Publish() {
   if (!mgr_->impl_->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_)) {
     Release();  // another PUT of this key won: dedup
     return false;

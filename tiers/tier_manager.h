@@ -103,10 +103,16 @@ class Reservation {
   // Publishes the page. Returns true if stored, false if another PUT of the
   // same key committed first (this slot is then freed: dedup).
   bool Commit();
+  // Commits every valid reservation of `rs`, last first (so a chain's
+  // ancestors end up more recent), with one sync for all pages that landed on
+  // a persistent tier. Returns how many were stored; the rest lost a dedup
+  // race or could not be made durable. Leaves `rs` all empty.
+  static size_t CommitAll(std::vector<Reservation>& rs);
 
  private:
   friend class TierManager;
   void Release();
+  bool Publish();
   TierManager* mgr_ = nullptr;
   NamespaceId ns_ = 0;
   PageKey key_;

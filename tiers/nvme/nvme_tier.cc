@@ -124,6 +124,7 @@ class NvmeTier final : public Tier {
   absl::Status PersistBatch(const std::vector<Slot>& slots,
                             const std::vector<PageMeta>& metas) override {
     if (absl::Status st = device_->Flush(); !st.ok()) return st;
+    KVTIER_KILL_POINT("nvme.persist.after_data");
     std::vector<nvme::IndexRecord> records;
     records.reserve(slots.size());
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -131,7 +132,9 @@ class NvmeTier final : public Tier {
                                           metas[i].parent, slots[i].offset, slots[i].bytes,
                                           metas[i].checksum, metas[i].stamp});
     }
-    return index_->PutBatch(records);
+    absl::Status st = index_->PutBatch(records);
+    KVTIER_KILL_POINT("nvme.persist.after_index");
+    return st;
   }
 
   void Unpersist(const Slot&, const PageMeta& meta) override {

@@ -96,5 +96,7 @@ absl::StatusOr<nlohmann::json> RunThroughput(const BenchOptions& o);
 absl::StatusOr<nlohmann::json> RunLookup(const BenchOptions& o);
 absl::StatusOr<nlohmann::json> RunRedis(const BenchOptions& o, const nlohmann::json& kvtier);
 absl::StatusOr<nlohmann::json> RunMemory(const BenchOptions& o);
+absl::StatusOr<nlohmann::json> RunNvme(const BenchOptions& o);
+absl::StatusOr<nlohmann::json> RunFill(const BenchOptions& o, uint64_t pages, uint64_t page_bytes);
 
 }  // namespace kvtier::bench
