@@ -32,6 +32,9 @@ Daemon::~Daemon() {
   if (engine_) engine_->Shutdown();
   completions_.reset();
   router_.reset();
+  // Zero-copy replies still queued in ZeroMQ hold page pins; closing the
+  // context releases them before the store they point into goes away.
+  ctx_.close();
   sessions_ = SessionTable();
   store_.reset();
 }

@@ -84,6 +84,14 @@ class Daemon {
   std::vector<std::string> endpoints_;
   SessionTable sessions_;
   absl::flat_hash_map<std::string, tiers::NamespaceId> tenant_ns_;
+  // Which namespace holds each mapped shm object (by device and inode): an
+  // object registered by one namespace is refused to every other while any
+  // registration of it lives.
+  struct BufferOwner {
+    tiers::NamespaceId ns;
+    std::weak_ptr<ClientBuffer> buffer;
+  };
+  absl::flat_hash_map<std::pair<uint64_t, uint64_t>, BufferOwner> buffer_owners_;
   // The frontend thread owns these counters.
   uint64_t requests_ = 0;
   uint64_t request_errors_ = 0;

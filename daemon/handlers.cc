@@ -69,6 +69,12 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRe
     return absl::ResourceExhaustedError(absl::StrCat(
         "REGISTER_BUFFER: at most ", config_.max_buffers_per_session, " buffers per session"));
   ASSIGN_OR_RETURN(auto buffer, ClientBuffer::Map(r.shm_name(), r.size()));
+  const std::pair<uint64_t, uint64_t> object{buffer->device(), buffer->inode()};
+  auto owner = buffer_owners_.find(object);
+  if (owner != buffer_owners_.end() && owner->second.ns != s.ns && !owner->second.buffer.expired())
+    return absl::PermissionDeniedError(absl::StrCat(
+        "REGISTER_BUFFER: '", r.shm_name(), "' is registered by another tenant"));
+  buffer_owners_[object] = BufferOwner{s.ns, buffer};
   uint32_t id = s.next_buffer_id++;
   s.buffers.emplace(id, std::move(buffer));
   Reply reply;

@@ -12,6 +12,10 @@ absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError
 
 absl::StatusOr<std::vector<PageKey>> DecodeKeys(const std::string& packed, absl::string_view op) {
   if (packed.empty()) return Invalid(absl::StrCat(op, ": no keys"));
+  // Count before unpacking: a huge key list must not cost memory first.
+  if (packed.size() / kPageKeyBytes > kMaxKeysPerRequest)
+    return Invalid(absl::StrCat(op, ": ", packed.size() / kPageKeyBytes, " keys, at most ",
+                                kMaxKeysPerRequest, " per request"));
   auto keys = UnpackKeys(packed);
   if (!keys.ok()) return Invalid(absl::StrCat(op, ": ", keys.status().message()));
   if (keys->size() > kMaxKeysPerRequest)

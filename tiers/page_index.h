@@ -39,6 +39,7 @@ struct PageEntry {
   static constexpr uint8_t kDetached = 1;         // out of the index; free on last unpin
   static constexpr uint8_t kCountedInParent = 2;  // bumped parent's resident_children
   static constexpr uint8_t kReused = 4;           // read or PUT again since stored
+  static constexpr uint8_t kCorrupt = 8;          // failed its checksum; dropped
   bool detached() const { return flags & kDetached; }
 };
 

@@ -110,6 +110,13 @@ const uint8_t* PagePin::data() const {
 absl::Status PagePin::CopyTo(void* dst) const {
   if (entry_ == nullptr) return absl::FailedPreconditionError("CopyTo on an empty PagePin");
   TierState& ts = *mgr_->impl_->tiers[entry_->tier];
+  if (ts.tier->persistent()) {
+    // Already found corrupt (by a promotion attempt): do not read and count again.
+    IndexShard& shard = mgr_->impl_->index.ShardFor(entry_->ns, entry_->key);
+    absl::MutexLock lock(&shard.mu);
+    if (entry_->flags & PageEntry::kCorrupt)
+      return absl::DataLossError(absl::StrCat("page ", entry_->key.ToHex(), " is corrupt"));
+  }
   if (absl::Status st = ts.tier->Read(entry_->slot, 0, dst, entry_->slot.bytes); !st.ok()) {
     return st;
   }
@@ -139,6 +146,7 @@ void TierManager::Impl::DropCorrupt(PageEntry* e) {
   bool counted;
   {
     absl::MutexLock lock(&shard.mu);
+    e->flags |= PageEntry::kCorrupt;
     if (e->detached()) return;  // already gone; the last unpin frees it
     DetachEntryLocked(shard, e);
     counted = e->flags & PageEntry::kCountedInParent;

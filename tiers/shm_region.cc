@@ -106,6 +106,11 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::CreateShm(const std::strin
   if (p == MAP_FAILED) return ErrnoError(absl::StrCat("mmap(", name, ")"), errno);
   r->base_ = static_cast<uint8_t*>(p);
   r->size_ = bytes;
+  // Nobody else ever maps the daemon's pools (clients get copies), so the
+  // name goes at once: a killed daemon leaves nothing behind in /dev/shm, and
+  // no client can open the arena by name.
+  shm_unlink(name.c_str());
+  r->linked_ = false;
   // THP on shmem only happens when the admin enabled it (shmem_enabled);
   // the advice is free otherwise, and its failure is not an error.
   const bool thp = madvise(p, bytes, MADV_HUGEPAGE) == 0;
@@ -116,7 +121,7 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::CreateShm(const std::strin
 ShmRegion::~ShmRegion() {
   if (base_ != nullptr) munmap(base_, size_);
   if (fd_ >= 0) close(fd_);
-  if (!name_.empty()) shm_unlink(name_.c_str());
+  if (linked_ && !name_.empty()) shm_unlink(name_.c_str());
 }
 
 }  // namespace kvtier::tiers

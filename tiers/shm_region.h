@@ -31,6 +31,7 @@ class ShmRegion {
   uint8_t* base() const { return base_; }
   uint64_t size() const { return size_; }
   // The shm name, empty for a hugetlb memfd (which has none).
+  // The name it was created under; unlinked as soon as it is mapped.
   const std::string& name() const { return name_; }
   bool hugetlb() const { return hugetlb_; }
   // What was obtained, e.g. "shm /kvtier-host-12 (4 KiB pages, THP advised)".
@@ -46,6 +47,7 @@ class ShmRegion {
   uint64_t size_ = 0;
   int fd_ = -1;
   std::string name_;
+  bool linked_ = true;  // the name still exists in /dev/shm
   bool hugetlb_ = false;
   std::string backing_;
 };

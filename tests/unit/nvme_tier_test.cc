@@ -178,7 +178,9 @@ TEST_F(NvmeTierTest, TruncatedDataFileDropsRecordsPastTheEnd) {
   EXPECT_GT(Snap(1).io.dropped_records, 0u);
   std::vector<uint8_t> got;
   for (uint64_t i = 0; i < 40; ++i) {
-    if (Get("a", i, &got).ok()) EXPECT_EQ(got, Bytes(kPage, i));
+    if (Get("a", i, &got).ok()) {
+      EXPECT_EQ(got, Bytes(kPage, i));
+    }
   }
 }
 
@@ -247,6 +249,166 @@ TEST_F(NvmeTierTest, UnwritableDirectoryIsAClearError) {
   auto t = CreateNvmeTier(c);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("/proc/kvtier-nvme"), std::string::npos);
+}
+
+
+// ---- Fault injection: the NVMe tier over a device that fails on purpose ----
+//
+// Pages are PUT into the host tier and pushed down with EvictTo(0, 0), so
+// every device write is one page's demotion. Whatever the device does, a GET
+// returns the page's own bytes or a miss, and the store keeps working.
+
+class NvmeFaultTest : public NvmeTierTest {
+ protected:
+  // A host tier of `host_pages` over an NVMe tier whose device is `inner`
+  // behind the fault injector (a memory device unless given).
+  void OpenFaulty(uint64_t host_pages, std::unique_ptr<nvme::Device> inner = nullptr) {
+    mgr_.reset();
+    if (inner == nullptr) inner = nvme::CreateMemoryDevice(NvmeConfig().capacity_bytes);
+    std::vector<std::unique_ptr<Tier>> tiers;
+    tiers.push_back(HostTier(host_pages * kPage, kPage));
+    auto nvme = CreateNvmeTier(NvmeConfig(),
+                               nvme::CreateFaultInjectingDevice(std::move(inner), faults_));
+    ASSERT_TRUE(nvme.ok()) << nvme.status();
+    tiers.push_back(*std::move(nvme));
+    auto m = TierManager::Create(NoThreadConfig(), std::move(tiers));
+    ASSERT_TRUE(m.ok()) << m.status();
+    mgr_ = *std::move(m);
+    ns_["a"] = AddNs(*mgr_, "a");
+    ASSERT_TRUE(mgr_->RecoverPersistent().ok());
+  }
+
+  // The data file behind the fault injector, for cases that restart.
+  absl::StatusOr<std::unique_ptr<nvme::Device>> FileDevice() {
+    std::filesystem::create_directories(dir_);
+    nvme::FileDeviceConfig fc;
+    fc.path = NvmeConfig().DataPath();
+    fc.size = NvmeConfig().capacity_bytes;
+    return nvme::CreateFileDevice(fc);
+  }
+
+  // GETs pages [first, first + n): counts hits, and fails on wrong bytes.
+  uint64_t CountGood(uint64_t first, uint64_t n) {
+    uint64_t good = 0;
+    std::vector<uint8_t> got;
+    for (uint64_t i = first; i < first + n; ++i) {
+      if (!Get("a", i, &got).ok()) continue;
+      EXPECT_EQ(got, Bytes(kPage, i)) << "page " << i << " came back with wrong bytes";
+      good += got == Bytes(kPage, i);
+    }
+    return good;
+  }
+
+  std::shared_ptr<nvme::FaultControl> faults_ = std::make_shared<nvme::FaultControl>();
+};
+
+TEST_F(NvmeFaultTest, WriteEioDuringDemotionDropsThePage) {
+  OpenFaulty(16);
+  PutChain("a", 0, 8);
+  faults_->Set({.fail_write_n = 3, .write_fault = nvme::FaultKind::kEio});
+  mgr_->EvictTo(0, 0);
+  EXPECT_EQ(faults_->faults_injected(), 1u);
+  EXPECT_EQ(Snap(0).pages, 0u);
+  EXPECT_EQ(Snap(1).pages, 7u);  // the page whose write failed left the store
+  EXPECT_EQ(Snap(0).dropped, 1u);
+  EXPECT_EQ(Snap(0).demotions, 7u);
+  EXPECT_GE(Snap(1).io.io_errors, 1u);
+  EXPECT_EQ(CountGood(0, 8), 7u);
+  // The store keeps working, NVMe included.
+  PutChain("a", 100, 8);
+  mgr_->EvictTo(0, 0);
+  EXPECT_EQ(CountGood(100, 8), 8u);
+}
+
+TEST_F(NvmeFaultTest, EnospcDuringDemotionDropsPagesAndTheStoreKeepsWorking) {
+  OpenFaulty(16);
+  PutChain("a", 0, 8);
+  // The disk fills up at the 5th write and stays full.
+  faults_->Set({.fail_write_n = 5, .write_fault = nvme::FaultKind::kEnospc, .sticky = true});
+  mgr_->EvictTo(0, 0);
+  EXPECT_EQ(Snap(1).pages, 4u);
+  EXPECT_EQ(Snap(0).dropped, 4u);
+  EXPECT_EQ(CountGood(0, 8), 4u);
+  // RAM still takes and serves pages while the disk is full...
+  PutChain("a", 100, 8);
+  EXPECT_EQ(CountGood(100, 8), 8u);
+  // ...and demotion resumes once there is room again.
+  faults_->Set({});
+  mgr_->EvictTo(0, 0);
+  EXPECT_GT(Snap(0).demotions, 4u);
+  EXPECT_EQ(CountGood(100, 8), 8u);
+}
+
+TEST_F(NvmeFaultTest, SilentTornWriteIsCaughtByTheChecksum) {
+  OpenFaulty(16);
+  PutChain("a", 0, 4);
+  faults_->Set({.fail_write_n = 2, .write_fault = nvme::FaultKind::kTornWrite,
+                .torn_write_reports_ok = true});
+  mgr_->EvictTo(0, 0);
+  ASSERT_EQ(Snap(1).pages, 4u);  // the device said OK: four pages "on NVMe"
+  EXPECT_EQ(CountGood(0, 4), 3u);
+  EXPECT_EQ(Snap(1).checksum_errors, 1u);  // counted once, not again by CopyTo
+  EXPECT_EQ(Snap(1).pages + Snap(0).pages, 3u);  // the torn page was dropped
+}
+
+TEST_F(NvmeFaultTest, SilentTornWriteIsCaughtAfterRestart) {
+  auto dev = FileDevice();
+  if (!dev.ok() && absl::IsFailedPrecondition(dev.status())) GTEST_SKIP() << dev.status();
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  OpenFaulty(16, *std::move(dev));
+  PutChain("a", 0, 4);
+  faults_->Set({.fail_write_n = 3, .write_fault = nvme::FaultKind::kTornWrite,
+                .torn_write_reports_ok = true});
+  mgr_->EvictTo(0, 0);
+  ASSERT_EQ(Snap(1).pages, 4u);
+  Open(16);  // restart over the same data file and index, no faults
+  ASSERT_EQ(Snap(1).io.recovered_pages, 4u);
+  EXPECT_EQ(CountGood(0, 4), 3u);
+  EXPECT_GE(Snap(1).checksum_errors, 1u);
+  mgr_->EvictTo(0, 0);  // GETs promoted the good pages: back to NVMe
+  Open(16);  // the torn page's record went with it
+  EXPECT_EQ(Snap(1).io.recovered_pages, 3u);
+  EXPECT_EQ(CountGood(0, 4), 3u);
+}
+
+TEST_F(NvmeFaultTest, ShortReadIsAMissNotWrongBytes) {
+  OpenFaulty(16);
+  PutChain("a", 0, 4);
+  mgr_->EvictTo(0, 0);
+  ASSERT_EQ(Snap(1).pages, 4u);
+  faults_->Set({.fail_read_n = 1, .read_fault = nvme::FaultKind::kShortIo, .sticky = true});
+  EXPECT_EQ(CountGood(0, 4), 0u);  // half a page is never served
+  EXPECT_GT(faults_->faults_injected(), 0u);
+  EXPECT_GT(Snap(1).io.io_errors, 0u);
+  faults_->Set({});
+  CountGood(0, 4);  // whatever is still there is right
+  PutChain("a", 100, 4);
+  EXPECT_EQ(CountGood(100, 4), 4u);
+}
+
+TEST_F(NvmeFaultTest, OneShortReadNeverYieldsWrongBytes) {
+  OpenFaulty(16);
+  PutChain("a", 0, 4);
+  mgr_->EvictTo(0, 0);
+  for (uint64_t n = 1; n <= 3; ++n) {
+    faults_->Set({.fail_read_n = n, .read_fault = nvme::FaultKind::kShortIo});
+    CountGood(0, 4);  // a miss or the right bytes, at any point of the GET path
+  }
+}
+
+TEST_F(NvmeFaultTest, ReadEioIsAMiss) {
+  OpenFaulty(16);
+  PutChain("a", 0, 4);
+  mgr_->EvictTo(0, 0);
+  ASSERT_EQ(Snap(1).pages, 4u);
+  faults_->Set({.fail_read_n = 1, .read_fault = nvme::FaultKind::kEio, .sticky = true});
+  EXPECT_EQ(CountGood(0, 4), 0u);
+  EXPECT_GT(Snap(1).io.io_errors, 0u);
+  EXPECT_EQ(Snap(1).checksum_errors, 0u);  // an I/O error is not corruption
+  faults_->Set({});
+  CountGood(0, 4);
+  PutChain("a", 100, 4);
+  EXPECT_EQ(CountGood(100, 4), 4u);
 }
 
 }  // namespace
