@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -118,7 +119,23 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::CreateShm(const std::strin
   return r;
 }
 
+void ShmRegion::PopulateInBackground() {
+#ifdef MADV_POPULATE_WRITE
+  if (populate_.joinable() || base_ == nullptr) return;
+  populate_ = std::thread([this] {
+    constexpr uint64_t kChunk = 32ull << 20;
+    for (uint64_t off = 0; off < size_ && !stop_populate_.load(std::memory_order_relaxed);
+         off += kChunk) {
+      // Older kernels lack it (EINVAL): then first touch pays, as before.
+      if (madvise(base_ + off, std::min(kChunk, size_ - off), MADV_POPULATE_WRITE) != 0) return;
+    }
+  });
+#endif
+}
+
 ShmRegion::~ShmRegion() {
+  stop_populate_ = true;
+  if (populate_.joinable()) populate_.join();
   if (base_ != nullptr) munmap(base_, size_);
   if (fd_ >= 0) close(fd_);
   if (linked_ && !name_.empty()) shm_unlink(name_.c_str());

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -30,12 +32,17 @@ class ShmRegion {
 
   uint8_t* base() const { return base_; }
   uint64_t size() const { return size_; }
-  // The shm name, empty for a hugetlb memfd (which has none).
-  // The name it was created under; unlinked as soon as it is mapped.
+  // The name it was created under (empty for a hugetlb memfd); unlinked as
+  // soon as it is mapped.
   const std::string& name() const { return name_; }
   bool hugetlb() const { return hugetlb_; }
   // What was obtained, e.g. "shm /kvtier-host-12 (4 KiB pages, THP advised)".
   const std::string& backing() const { return backing_; }
+
+  // Faults the whole region in on a background thread (MADV_POPULATE_WRITE,
+  // which leaves the bytes alone, so it is safe while slots are in use), so
+  // the first PUTs do not pay a page fault per 4 KiB. Stops at destruction.
+  void PopulateInBackground();
 
  private:
   ShmRegion() = default;
@@ -43,6 +50,8 @@ class ShmRegion {
   static absl::StatusOr<std::unique_ptr<ShmRegion>> CreateShm(const std::string& name,
                                                               uint64_t bytes);
 
+  std::thread populate_;
+  std::atomic<bool> stop_populate_{false};
   uint8_t* base_ = nullptr;
   uint64_t size_ = 0;
   int fd_ = -1;
