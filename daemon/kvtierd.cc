@@ -30,6 +30,7 @@ ABSL_FLAG(std::string, nvme_dir, "", "NVMe tier directory: data file + RocksDB i
 ABSL_FLAG(std::string, nvme_bytes, "4GiB", "NVMe tier capacity; 0 disables the tier");
 ABSL_FLAG(int, nvme_io_threads, 1, "NVMe I/O threads (one io_uring each)");
 ABSL_FLAG(int, nvme_queue_depth, 64, "NVMe in-flight I/Os per ring");
+ABSL_FLAG(std::string, write_policy, "write-back", "write-back (a page reaches NVMe when RAM evicts it) or write-through (every PUT also written to NVMe before it is acknowledged, so a restart finds it)");
 ABSL_FLAG(bool, promote_on_get, true, "move a page read from NVMe up to the host tier");
 ABSL_FLAG(std::string, nvme_admission, "all", "which host evictions are written to NVMe: all, or reused (pages read or PUT again since stored)");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
@@ -89,6 +90,9 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   c.nvme.io_threads = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_io_threads)));
   c.nvme.queue_depth = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_queue_depth)));
   c.store.promote_on_get = absl::GetFlag(FLAGS_promote_on_get);
+  std::string policy = absl::GetFlag(FLAGS_write_policy);
+  if (policy == "write-through") c.store.write_through = true;
+  else if (policy != "write-back") return absl::InvalidArgumentError("--write_policy must be write-back or write-through");
   std::string admission = absl::GetFlag(FLAGS_nvme_admission);
   if (admission == "all") c.store.persistent_admission = kvtier::tiers::TierManagerConfig::Admission::kAll;
   else if (admission == "reused") c.store.persistent_admission = kvtier::tiers::TierManagerConfig::Admission::kReusedOnly;

@@ -77,7 +77,7 @@ size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns) {
     if (dropped) return 1;
     if (e == nullptr) return 0;
     Demotion d = PrepareDemotion(e, t);
-    if (d.copied && tiers[t + 1]->tier->persistent()) {
+    if (d.copied && !d.reuses_backup && tiers[t + 1]->tier->persistent()) {
       d.persisted = tiers[t + 1]->tier->Persist(*d.dst, d.meta).ok();
       d.copied = d.persisted;
       if (d.persisted) KVTIER_KILL_POINT("demote.after_persist");
@@ -108,15 +108,17 @@ size_t TierManager::Impl::DemoteBatch(size_t t, size_t max_pages, uint64_t targe
   std::vector<Slot> slots;
   std::vector<PageMeta> metas;
   for (const Demotion& d : batch) {
-    if (!d.copied) continue;
+    if (!d.copied || d.reuses_backup) continue;
     slots.push_back(*d.dst);
     metas.push_back(d.meta);
   }
   const bool persisted = slots.empty() || tiers[t + 1]->tier->PersistBatch(slots, metas).ok();
   if (persisted && !slots.empty()) KVTIER_KILL_POINT("demote.after_persist");
   for (Demotion& d : batch) {
-    d.persisted = d.copied && persisted;
-    d.copied = d.persisted;
+    if (!d.reuses_backup) {
+      d.persisted = d.copied && persisted;
+      d.copied = d.persisted;
+    }
     left += FinishDemotion(d);
   }
   return left;
@@ -145,6 +147,19 @@ TierManager::Impl::Demotion TierManager::Impl::PrepareDemotion(PageEntry* e, siz
   d.old = e->slot;
   const NamespaceId ns = e->ns;
   const size_t to = t + 1;
+  bool has_backup;
+  Slot backup;
+  {
+    absl::MutexLock lock(&d.shard->mu);
+    has_backup = (e->flags & PageEntry::kHasBackup) && to == tiers.size() - 1;
+    backup = e->backup;
+  }
+  if (has_backup) {
+    // Write-through already put a durable copy there: nothing to write.
+    d.dst = backup;
+    d.copied = d.persisted = d.reuses_backup = true;
+    return d;
+  }
   if (ChargeQuota(ns, to, d.old.bytes)) {
     d.dst = AllocateWithEviction(to, d.old.bytes);
     if (!d.dst.ok()) Uncharge(ns, to, d.old.bytes);
@@ -171,6 +186,7 @@ size_t TierManager::Impl::FinishDemotion(Demotion& d) {
     tiers[t]->pages.fetch_sub(1, std::memory_order_relaxed);
     tiers[to]->pages.fetch_add(1, std::memory_order_relaxed);
     e->slot = *d.dst;
+    if (d.reuses_backup) e->flags &= ~PageEntry::kHasBackup;
     if (d.checksum != 0) e->checksum = d.checksum;
     // A fresh stamp in the lower tier: pages arrive there in eviction order.
     shard.MoveTierLocked(e, static_cast<uint8_t>(to), NextStamp());
@@ -182,7 +198,7 @@ size_t TierManager::Impl::FinishDemotion(Demotion& d) {
     KickEvictorIfHigh(to);
     return 1;
   }
-  if (d.dst.ok()) {
+  if (d.dst.ok() && !d.reuses_backup) {  // a reused backup stays the page's copy
     Tier& lower = *tiers[to]->tier;
     if (d.persisted) lower.Unpersist(*d.dst, d.meta);
     lower.Free(*d.dst);
@@ -223,6 +239,7 @@ bool TierManager::Impl::CopyBetweenTiers(size_t from, const Slot& src, size_t to
 
 bool TierManager::Impl::Admit(const PageEntry* e, size_t t) const {
   if (config.persistent_admission == TierManagerConfig::Admission::kAll) return true;
+  if (e->flags & PageEntry::kHasBackup) return true;  // already durable there
   if (!tiers[t + 1]->tier->persistent()) return true;
   return e->flags & PageEntry::kReused;
 }

@@ -29,6 +29,7 @@ struct PageEntry {
   PageEntry* next = nullptr;
   uint64_t stamp = 0;  // global recency; larger is newer
   Slot slot;           // slot.bytes is the page size
+  Slot backup;         // write-through copy in the last tier (kHasBackup)
   uint64_t checksum = 0;
   NamespaceId ns = 0;
   uint32_t pins = 0;
@@ -40,6 +41,7 @@ struct PageEntry {
   static constexpr uint8_t kCountedInParent = 2;  // bumped parent's resident_children
   static constexpr uint8_t kReused = 4;           // read or PUT again since stored
   static constexpr uint8_t kCorrupt = 8;          // failed its checksum; dropped
+  static constexpr uint8_t kHasBackup = 16;       // `backup` holds a durable copy
   bool detached() const { return flags & kDetached; }
 };
 

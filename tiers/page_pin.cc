@@ -32,6 +32,7 @@ void TierManager::Impl::Unpin(PageEntry* e) {
 }
 
 void TierManager::Impl::FreeEntry(PageEntry* e) {
+  FreeBackup(e);
   Tier& tier = *tiers[e->tier]->tier;
   // The persistent record goes before the slot can be reused.
   if (tier.persistent()) tier.Unpersist(e->slot, MetaOf(e));

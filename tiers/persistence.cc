@@ -100,6 +100,7 @@ bool TierManager::Promote(PagePin& pin) {
     m.Uncharge(ns, 0, old.bytes);
     return false;
   }
+  bool keep = false;
   {
     absl::MutexLock lock(&shard.mu);
     if (e->detached() || e->pins != 1 || e->tier != from) {
@@ -114,12 +115,20 @@ bool TierManager::Promote(PagePin& pin) {
     m.tiers[0]->pages.fetch_add(1, std::memory_order_relaxed);
     e->slot = *dst;
     shard.MoveTierLocked(e, 0, m.NextStamp());
+    // Write-through keeps the durable copy: the page stays restartable and
+    // its next demotion costs nothing.
+    if (m.config.write_through && lower.persistent() && from == m.tiers.size() - 1) {
+      e->backup = old;
+      e->flags |= PageEntry::kHasBackup;
+      keep = true;
+    }
   }
-  PageMeta meta = m.MetaOf(e);
-  meta.key = e->key;
-  if (lower.persistent()) lower.Unpersist(old, meta);
-  lower.Free(old);
-  m.Uncharge(ns, from, old.bytes);
+  if (!keep) {
+    PageMeta meta = m.MetaOf(e);
+    if (lower.persistent()) lower.Unpersist(old, meta);
+    lower.Free(old);
+    m.Uncharge(ns, from, old.bytes);
+  }
   m.tiers[0]->promotions.fetch_add(1, std::memory_order_relaxed);
   m.KickEvictorIfHigh(0);
   return true;

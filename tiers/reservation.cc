@@ -95,10 +95,35 @@ absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint
   return slot;
 }
 
+std::optional<Slot> TierManager::Impl::ReserveBackup(NamespaceId ns, size_t t, uint64_t bytes) {
+  const size_t last = tiers.size() - 1;
+  if (!config.write_through || t == last || !tiers[last]->tier->persistent()) return std::nullopt;
+  if (!ChargeQuota(ns, last, bytes)) return std::nullopt;
+  absl::StatusOr<Slot> slot = AllocateWithEviction(last, bytes);
+  if (!slot.ok()) {
+    Uncharge(ns, last, bytes);
+    return std::nullopt;  // no room: this page is write-back
+  }
+  return *slot;
+}
+
+void TierManager::Impl::FreeBackup(PageEntry* e) {
+  if (!(e->flags & PageEntry::kHasBackup)) return;
+  Tier& last = *tiers.back()->tier;
+  last.Unpersist(e->backup, MetaOf(e));
+  last.Free(e->backup);
+  Uncharge(e->ns, tiers.size() - 1, e->backup.bytes);
+  e->flags &= ~PageEntry::kHasBackup;
+}
+
 bool TierManager::Impl::Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t,
-                               const Slot& slot, uint64_t checksum) {
+                               const Slot& slot, uint64_t checksum, const Slot* backup) {
   auto* e = new PageEntry{key, parent};
   e->slot = slot;
+  if (backup != nullptr) {
+    e->backup = *backup;
+    e->flags |= PageEntry::kHasBackup;
+  }
   e->checksum = checksum;
   e->ns = ns;
   e->tier = static_cast<uint8_t>(t);
@@ -154,6 +179,10 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
     r.tier_index_ = t;
     r.slot_ = *slot;
     r.bytes_ = bytes;
+    if (std::optional<Slot> b = impl_->ReserveBackup(ns, t, bytes)) {
+      r.backup_ = *b;
+      r.has_backup_ = true;
+    }
     return result;
   }
   return absl::ResourceExhaustedError(absl::StrCat("namespace '", state->name,
@@ -176,6 +205,8 @@ Reservation& Reservation::operator=(Reservation&& other) noexcept {
   bytes_ = other.bytes_;
   checksum_ = other.checksum_;
   filled_ = other.filled_;
+  backup_ = other.backup_;
+  has_backup_ = std::exchange(other.has_backup_, false);
   return *this;
 }
 
@@ -183,6 +214,12 @@ Reservation::~Reservation() { Release(); }
 
 void Reservation::Release() {
   if (mgr_ == nullptr) return;
+  if (has_backup_) {
+    const size_t last = mgr_->impl_->tiers.size() - 1;
+    mgr_->impl_->tiers[last]->tier->Free(backup_);
+    mgr_->impl_->Uncharge(ns_, last, bytes_);
+    has_backup_ = false;
+  }
   mgr_->impl_->tiers[tier_index_]->tier->Free(slot_);
   mgr_->impl_->Uncharge(ns_, tier_index_, bytes_);
   mgr_ = nullptr;
@@ -199,51 +236,61 @@ absl::Status Reservation::Fill(const void* src) {
   // process's memory (NVMe), so RAM tiers skip it here and the demotion to
   // NVMe computes it, off the request path.
   if (auto s = tier.Write(slot_, 0, src, bytes_); !s.ok()) return s;
-  if (tier.persistent()) checksum_ = XXH3_64bits(src, bytes_);
+  if (tier.persistent() || has_backup_) checksum_ = XXH3_64bits(src, bytes_);
+  if (has_backup_) {
+    Tier& last = *mgr_->impl_->tiers.back()->tier;
+    if (auto s = last.Write(backup_, 0, src, bytes_); !s.ok()) return s;
+  }
   filled_ = true;
   return absl::OkStatus();
 }
 
-bool Reservation::Commit() {
-  if (mgr_ == nullptr) return false;
-  Tier& tier = *mgr_->impl_->tiers[tier_index_]->tier;
-  if (!filled_ && tier.persistent()) return false;  // nothing durable to publish
-  if (tier.persistent()) {
-    // Landed straight on NVMe (RAM was full): record it like a demotion.
-    PageMeta meta{mgr_->impl_->Ns(ns_)->name, key_, parent_, checksum_, 0};
-    if (!tier.Persist(slot_, meta).ok()) {
-      Release();
-      return false;
-    }
+Tier* Reservation::DurableTier(Slot* slot) const {
+  const auto& tiers = mgr_->impl_->tiers;
+  if (tiers[tier_index_]->tier->persistent()) {
+    *slot = slot_;  // landed straight on NVMe (RAM was full)
+    return tiers[tier_index_]->tier.get();
   }
-  return Publish();
+  if (has_backup_) {
+    *slot = backup_;  // write-through copy
+    return tiers.back()->tier.get();
+  }
+  return nullptr;
+}
+
+bool Reservation::Commit() {
+  std::vector<Reservation> one;
+  one.push_back(std::move(*this));
+  return CommitAll(one) == 1;
 }
 
 size_t Reservation::CommitAll(std::vector<Reservation>& rs) {
-  // Pages that landed on a persistent tier share one sync and one index
-  // write per tier instead of one each.
+  // Every durable copy (pages on NVMe, write-through copies) is recorded
+  // with one sync and one index write, before any page becomes visible.
   std::vector<Slot> slots;
   std::vector<PageMeta> metas;
-  Tier* persistent = nullptr;
+  Tier* durable = nullptr;
   for (Reservation& r : rs) {
     if (r.mgr_ == nullptr) continue;
-    Tier& tier = *r.mgr_->impl_->tiers[r.tier_index_]->tier;
-    if (!tier.persistent()) continue;
-    if (!r.filled_ || (persistent != nullptr && persistent != &tier)) {
-      r.Release();
+    Slot slot;
+    Tier* tier = r.DurableTier(&slot);
+    if (tier == nullptr) continue;
+    if (!r.filled_ || (durable != nullptr && durable != tier)) {
+      r.Release();  // nothing durable to publish
       continue;
     }
-    persistent = &tier;
-    slots.push_back(r.slot_);
+    durable = tier;
+    slots.push_back(slot);
     metas.push_back(PageMeta{r.mgr_->impl_->Ns(r.ns_)->name, r.key_, r.parent_, r.checksum_, 0});
   }
-  const bool persisted = slots.empty() || persistent->PersistBatch(slots, metas).ok();
+  const bool persisted = slots.empty() || durable->PersistBatch(slots, metas).ok();
   size_t stored = 0;
   // Tail-first: a chain's ancestors end up more recent than its descendants.
   for (size_t i = rs.size(); i-- > 0;) {
     Reservation& r = rs[i];
     if (r.mgr_ == nullptr) continue;
-    if (!persisted && r.mgr_->impl_->tiers[r.tier_index_]->tier->persistent()) {
+    Slot unused;
+    if (!persisted && r.DurableTier(&unused) != nullptr) {
       r.Release();
       continue;
     }
@@ -253,8 +300,11 @@ size_t Reservation::CommitAll(std::vector<Reservation>& rs) {
 }
 
 bool Reservation::Publish() {
-  if (!mgr_->impl_->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_)) {
-    Release();  // another PUT of this key won: dedup
+  if (!mgr_->impl_->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_,
+                           has_backup_ ? &backup_ : nullptr)) {
+    // Another PUT of this key won: dedup. Our durable record shares its key;
+    // the winner's copy is the page, so only our slots go.
+    Release();
     return false;
   }
   mgr_ = nullptr;  // the slot and its quota bytes now belong to the entry

@@ -45,6 +45,11 @@ struct TierManagerConfig {
   // rate for SSD wear). The rest are dropped and counted.
   enum class Admission { kAll, kReusedOnly };
   Admission persistent_admission = Admission::kAll;
+  // Write-through: a PUT that lands in RAM also writes a copy to the
+  // persistent tier before it is acknowledged, so a restart finds it; the
+  // later demotion of that page is then free (its copy is already there).
+  // Off (write-back): a page reaches NVMe when RAM evicts it.
+  bool write_through = false;
 
   absl::Status Validate() const;
 };
@@ -113,6 +118,8 @@ class Reservation {
   friend class TierManager;
   void Release();
   bool Publish();
+  // The tier and slot of this page's durable copy, or nullptr when it has none.
+  Tier* DurableTier(Slot* slot) const;
   TierManager* mgr_ = nullptr;
   NamespaceId ns_ = 0;
   PageKey key_;
@@ -121,6 +128,8 @@ class Reservation {
   size_t tier_index_ = 0;
   Slot slot_;
   uint64_t bytes_ = 0;
+  Slot backup_;              // write-through copy in the last (persistent) tier
+  bool has_backup_ = false;
   uint64_t checksum_ = 0;
   bool filled_ = false;
 };

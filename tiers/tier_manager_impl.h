@@ -87,7 +87,11 @@ struct TierManager::Impl {
     return IsLastTier(t) || !tiers[t + 1]->tier->persistent();
   }
   bool Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t, const Slot& slot,
-              uint64_t checksum);
+              uint64_t checksum, const Slot* backup);
+  // Write-through: a slot for a PUT's durable copy in the last tier, if it
+  // is persistent and has room.
+  std::optional<Slot> ReserveBackup(NamespaceId ns, size_t t, uint64_t bytes);
+  void FreeBackup(PageEntry* e);
 
   // Eviction (eviction.cc). `ns` 0 means any namespace. Returns pages that
   // left tier t (0 or 1).
@@ -124,6 +128,7 @@ struct TierManager::Impl {
     absl::StatusOr<Slot> dst = absl::ResourceExhaustedError("over quota in lower tier");
     bool copied = false;
     bool persisted = false;
+    bool reuses_backup = false;  // the page's write-through copy becomes it
     uint64_t checksum = 0;
     PageMeta meta;
   };

@@ -42,6 +42,9 @@ ABSL_FLAG(int, verify_max, 3000, "pages checked after each restart (a sample bey
 ABSL_FLAG(int, chain_pages, 8, "pages per PUT (one prefix chain)");
 ABSL_FLAG(int, max_seconds, 0, "stop starting new runs after this long (0: no limit)");
 ABSL_FLAG(bool, verbose, false, "one line per run");
+ABSL_FLAG(double, min_survival, 0,
+          "fail unless this share of pages acknowledged before a kill is present after it "
+          "(write-through: 1.0; write-back loses what was only in RAM, so 0)");
 ABSL_FLAG(std::vector<std::string>, daemon_flags,
           std::vector<std::string>({"--host_bytes=4MiB", "--host_slab_bytes=1MiB",
                                     "--nvme_bytes=256MiB", "--high_watermark=0.5",
@@ -246,6 +249,13 @@ int Main() {
   if (ok && totals.survivors == 0 && totals.acked_before_kill > 64 * uint64_t(totals.kills)) {
     ok = false;
     failure = "no acknowledged page survived any kill although many were PUT";
+  }
+  const double survival =
+      totals.acked_before_kill ? double(totals.survivors) / double(totals.acked_before_kill) : 1.0;
+  if (ok && survival < absl::GetFlag(FLAGS_min_survival)) {
+    ok = false;
+    failure = absl::StrCat("only ", survival * 100, "% of acknowledged pages survived (at least ",
+                           absl::GetFlag(FLAGS_min_survival) * 100, "% wanted)");
   }
   const int min_kills = absl::GetFlag(FLAGS_min_kills) < 0 ? kills : absl::GetFlag(FLAGS_min_kills);
   if (ok && totals.kills < min_kills) {

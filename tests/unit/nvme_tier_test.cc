@@ -55,12 +55,15 @@ class NvmeTierTest : public ::testing::Test {
     if (!nvme.ok() && absl::IsFailedPrecondition(nvme.status())) GTEST_SKIP() << nvme.status();
     ASSERT_TRUE(nvme.ok()) << nvme.status();
     tiers.push_back(*std::move(nvme));
-    auto m = TierManager::Create(NoThreadConfig(), std::move(tiers));
+    TierManagerConfig config = NoThreadConfig();
+    config.write_through = write_through_;
+    auto m = TierManager::Create(config, std::move(tiers));
     ASSERT_TRUE(m.ok()) << m.status();
     mgr_ = *std::move(m);
     for (const auto& t : tenants) ns_[t] = AddNs(*mgr_, t);
     ASSERT_TRUE(mgr_->RecoverPersistent().ok());
   }
+  bool write_through_ = false;
 
   // Puts a chain of pages 0..n-1 (bytes a function of the key).
   void PutChain(const std::string& tenant, uint64_t first, uint64_t n) {
@@ -142,6 +145,32 @@ TEST_F(NvmeTierTest, RestartServesPagesThatReachedNvme) {
     EXPECT_EQ(got, Bytes(kPage, i)) << i;
   }
   EXPECT_EQ(found, on_nvme);
+}
+
+TEST_F(NvmeTierTest, WriteThroughPutsSurviveARestartAndDemoteForFree) {
+  write_through_ = true;
+  Open(16);
+  PutChain("a", 0, 8);  // all in RAM, each with a durable copy on NVMe
+  EXPECT_EQ(Snap(0).pages, 8u);
+  EXPECT_EQ(Snap(1).pages, 0u);
+  const uint64_t written = Snap(1).io.bytes_written;
+  EXPECT_EQ(written, 8 * kPage);
+  EXPECT_EQ(mgr_->EvictTo(0, 0), 8u);  // demotion reuses the copies...
+  EXPECT_EQ(Snap(1).pages, 8u);
+  EXPECT_EQ(Snap(1).io.bytes_written, written);  // ...without writing again
+  std::vector<uint8_t> got;
+  ASSERT_TRUE(Get("a", 3, &got).ok());  // promoted; its copy stays on NVMe
+  EXPECT_EQ(got, Bytes(kPage, 3));
+  PutChain("a", 100, 4);
+  Open(16);  // a crash loses RAM; every acknowledged PUT is still there
+  EXPECT_EQ(Snap(1).pages, 12u);
+  for (uint64_t i : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 102, 103}) {
+    ASSERT_TRUE(Get("a", i, &got).ok()) << i;
+    EXPECT_EQ(got, Bytes(kPage, i)) << i;
+  }
+  for (uint64_t i : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 102, 103}) mgr_->Delete(ns_["a"], Key(i));
+  Open(16);
+  EXPECT_EQ(Snap(1).pages, 0u);  // DELETE removed the durable copies too
 }
 
 TEST_F(NvmeTierTest, CorruptPageOnDiskIsAMissNotWrongBytes) {
