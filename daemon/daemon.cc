@@ -63,6 +63,9 @@ absl::Status Daemon::Init() {
   tiers.push_back(std::move(host));
   if (config_.nvme.capacity_bytes > 0) {
     ASSIGN_OR_RETURN(auto nvme, tiers::CreateNvmeTier(config_.nvme));
+    // Pages move between the host arena and NVMe: io_uring fixed buffers.
+    auto [base, len] = tiers.front()->Region();
+    if (base != nullptr) (void)nvme->RegisterIoRegion(base, len);
     spdlog::info("nvme tier: {} MiB, {}", nvme->capacity_bytes() >> 20, nvme->backing());
     tiers.push_back(std::move(nvme));
   } else {

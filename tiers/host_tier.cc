@@ -50,6 +50,7 @@ class HostTier final : public Tier {
   void Free(const Slot& slot) override { arena_->Free(slot); }
 
   uint8_t* Address(const Slot& slot) override { return region_->base() + slot.offset; }
+  std::pair<uint8_t*, uint64_t> Region() override { return {region_->base(), region_->size()}; }
 
   absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) override {
     RETURN_IF_ERROR(CheckRange(slot, offset, n));

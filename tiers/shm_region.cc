@@ -68,8 +68,13 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Create(const std::string& 
           " (reserve pages via /proc/sys/vm/nr_hugepages, or use hugepages=auto)"));
     }
   }
-  const std::string shm_name = name.empty() ? DefaultName() : name;
-  return CreateShm(shm_name, bytes);
+  if (!name.empty()) return CreateShm(name, bytes);
+  // A default name can be taken by a stale object of an earlier process with
+  // the same pid (one killed before it unlinked): move on to the next name.
+  for (int attempt = 0;; ++attempt) {
+    auto r = CreateShm(DefaultName(), bytes);
+    if (r.ok() || !absl::IsAlreadyExists(r.status()) || attempt == 15) return r;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::CreateHugetlb(uint64_t bytes) {

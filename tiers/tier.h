@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 #include <string_view>
 
@@ -79,6 +80,13 @@ class Tier {
   virtual absl::Status Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) = 0;
 
   virtual TierCounters counters() const = 0;
+
+  // A long-lived memory region (another tier's arena) that this tier's I/O
+  // reads from and writes into; an io_uring tier registers it as fixed
+  // buffers. Best effort; the default ignores it.
+  virtual absl::Status RegisterIoRegion(void* base, uint64_t len) { return absl::OkStatus(); }
+  // Host-addressable region of this tier's slots, if any (for the above).
+  virtual std::pair<uint8_t*, uint64_t> Region() { return {nullptr, 0}; }
 
   // --- Persistence (NVMe). Volatile tiers keep the defaults. ---
   virtual bool persistent() const { return false; }

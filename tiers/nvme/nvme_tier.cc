@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "kvtier/test_hooks.h"
 #include "tiers/nvme/nvme_index.h"
 #include "tiers/slab_arena.h"
@@ -23,6 +24,20 @@ using nvme::kBlockSize;
 uint64_t RoundUp(uint64_t n) { return (n + kBlockSize - 1) / kBlockSize * kBlockSize; }
 bool Aligned(const void* p, uint64_t n) {
   return reinterpret_cast<uintptr_t>(p) % kBlockSize == 0 && n % kBlockSize == 0;
+}
+
+// One device I/O through the async engine (io_uring: fixed file, and fixed
+// buffers when `buf` lies in a registered region), waited for here.
+template <typename Submit>
+absl::Status WaitIo(Submit submit) {
+  absl::Notification done;
+  absl::Status result;
+  submit([&](absl::Status st) {
+    result = std::move(st);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  return result;
 }
 
 struct AlignedBuffer {
@@ -57,6 +72,9 @@ class NvmeTier final : public Tier {
     return slot;
   }
   void Free(const Slot& slot) override { arena_->Free(slot); }
+  absl::Status RegisterIoRegion(void* base, uint64_t len) override {
+    return device_->RegisterBufferRegion(base, len);
+  }
   uint8_t* Address(const Slot&) override { return nullptr; }
 
   absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) override {
@@ -64,13 +82,15 @@ class NvmeTier final : public Tier {
       return absl::InvalidArgumentError("NVMe slots are written whole");
     absl::Status st;
     if (Aligned(src, n)) {
-      st = device_->Write(slot.offset, src, n);
+      st = WaitIo([&](nvme::IoCallback cb) { device_->WriteAsync(slot.offset, src, n, std::move(cb)); });
     } else {
       const uint64_t len = RoundUp(n);
       AlignedBuffer bounce(len);
       std::memcpy(bounce.data, src, n);
       std::memset(bounce.data + n, 0, len - n);
-      st = device_->Write(slot.offset, bounce.data, len);
+      st = WaitIo([&](nvme::IoCallback cb) {
+        device_->WriteAsync(slot.offset, bounce.data, len, std::move(cb));
+      });
     }
     KVTIER_KILL_POINT("nvme.write.after_data");
     if (st.ok()) bytes_written_.fetch_add(n, std::memory_order_relaxed);
@@ -83,12 +103,14 @@ class NvmeTier final : public Tier {
                                                 slot.bytes, "-byte NVMe slot"));
     absl::Status st;
     if (offset == 0 && Aligned(dst, n)) {
-      st = device_->Read(slot.offset, dst, n);
+      st = WaitIo([&](nvme::IoCallback cb) { device_->ReadAsync(slot.offset, dst, n, std::move(cb)); });
     } else {
       const uint64_t start = offset / kBlockSize * kBlockSize;
       const uint64_t len = RoundUp(offset + n) - start;
       AlignedBuffer bounce(len);
-      st = device_->Read(slot.offset + start, bounce.data, len);
+      st = WaitIo([&](nvme::IoCallback cb) {
+        device_->ReadAsync(slot.offset + start, bounce.data, len, std::move(cb));
+      });
       if (st.ok()) std::memcpy(dst, bounce.data + (offset - start), n);
     }
     if (st.ok()) bytes_read_.fetch_add(n, std::memory_order_relaxed);
