@@ -48,7 +48,6 @@ struct Client::Impl {
   std::string session_id;
   uint64_t next_id = 1;
   std::chrono::milliseconds timeout{10000};
-  bool broken = false;  // a timed-out request may still be answered later
 
   struct Result {
     wire::Response response;

@@ -13,9 +13,11 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
 #include "kvtier/paths.h"
+#include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, socket, "", "ipc socket path (default $XDG_RUNTIME_DIR/kvtier/kvtierd.sock or /tmp/kvtier-$UID/kvtierd.sock); 'none' disables ipc");
@@ -61,8 +63,15 @@ std::thread StartSignalThread() {
   });
 }
 
+// A byte-size flag, with the flag's name in the error.
+absl::StatusOr<uint64_t> BytesFlag(const absl::Flag<std::string>& flag) {
+  auto bytes = kvtier::daemon::ParseBytes(absl::GetFlag(flag));
+  if (!bytes.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--", flag.Name(), ": ", bytes.status().message()));
+  return bytes;
+}
+
 absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
-  using kvtier::daemon::ParseBytes;
   kvtier::daemon::DaemonConfig c;
   c.ipc_socket = absl::GetFlag(FLAGS_socket);
   c.tcp_endpoint = absl::GetFlag(FLAGS_tcp);
@@ -71,20 +80,14 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   c.allow_non_loopback_tcp = absl::GetFlag(FLAGS_allow_non_loopback_tcp);
   c.state_dir = absl::GetFlag(FLAGS_state_dir);
   c.tenants_file = absl::GetFlag(FLAGS_tenants_file);
-  auto host_bytes = ParseBytes(absl::GetFlag(FLAGS_host_bytes));
-  if (!host_bytes.ok()) return absl::InvalidArgumentError(std::string("--host_bytes: ") + std::string(host_bytes.status().message()));
-  auto slab_bytes = ParseBytes(absl::GetFlag(FLAGS_host_slab_bytes));
-  if (!slab_bytes.ok()) return absl::InvalidArgumentError(std::string("--host_slab_bytes: ") + std::string(slab_bytes.status().message()));
-  c.host.capacity_bytes = *host_bytes;
-  c.host.slab_bytes = *slab_bytes;
+  ASSIGN_OR_RETURN(c.host.capacity_bytes, BytesFlag(FLAGS_host_bytes));
+  ASSIGN_OR_RETURN(c.host.slab_bytes, BytesFlag(FLAGS_host_slab_bytes));
   std::string huge = absl::GetFlag(FLAGS_hugepages);
   if (huge == "auto") c.host.hugepages = kvtier::tiers::HugepageMode::kAuto;
   else if (huge == "on") c.host.hugepages = kvtier::tiers::HugepageMode::kOn;
   else if (huge == "off") c.host.hugepages = kvtier::tiers::HugepageMode::kOff;
   else return absl::InvalidArgumentError("--hugepages must be auto, on or off");
-  auto nvme_bytes = ParseBytes(absl::GetFlag(FLAGS_nvme_bytes));
-  if (!nvme_bytes.ok()) return absl::InvalidArgumentError(std::string("--nvme_bytes: ") + std::string(nvme_bytes.status().message()));
-  c.nvme.capacity_bytes = *nvme_bytes;
+  ASSIGN_OR_RETURN(c.nvme.capacity_bytes, BytesFlag(FLAGS_nvme_bytes));
   c.nvme.dir = absl::GetFlag(FLAGS_nvme_dir);
   c.nvme.slab_bytes = c.host.slab_bytes;
   c.nvme.io_threads = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_io_threads)));

@@ -90,17 +90,15 @@ class Tier {
 
   // --- Persistence (NVMe). Volatile tiers keep the defaults. ---
   virtual bool persistent() const { return false; }
-  // Records a page whose bytes were fully written to `slot`. Makes the bytes
-  // durable *before* the record, so a crash never yields a record whose bytes
-  // are not there.
-  virtual absl::Status Persist(const Slot& slot, const PageMeta& meta) { return absl::OkStatus(); }
-  // Persist for many pages at once (one sync for all their bytes).
+  // Records pages whose bytes were fully written to `slots`, with one sync
+  // for all of them. Makes the bytes durable *before* the records, so a crash
+  // never yields a record whose bytes are not there.
   virtual absl::Status PersistBatch(const std::vector<Slot>& slots,
                                     const std::vector<PageMeta>& metas) {
-    for (size_t i = 0; i < slots.size(); ++i) {
-      if (absl::Status st = Persist(slots[i], metas[i]); !st.ok()) return st;
-    }
     return absl::OkStatus();
+  }
+  absl::Status Persist(const Slot& slot, const PageMeta& meta) {
+    return PersistBatch({slot}, {meta});
   }
   // Forgets the record of a page; called before its slot is freed so the
   // record never outlives the bytes.

@@ -45,6 +45,24 @@ void ExpectInlineIntact(Client& c, absl::Span<const PageKey> keys) {
   }
 }
 
+// PUTs `n` chains of `len` small pages (seeds seed, seed+1, ...) through one
+// registered buffer, each fully stored; returns the chains.
+std::vector<std::vector<PageKey>> PutChains(Client& c, const ShmBuffer& buf, BufferId id,
+                                            uint64_t seed, size_t n, size_t len) {
+  std::vector<std::vector<PageKey>> chains;
+  for (size_t ch = 0; ch < n; ++ch) {
+    chains.push_back(MakeChain(SmallLayout(), seed + ch, len));
+    for (size_t i = 0; i < len; ++i)
+      tools::FillPattern(chains.back()[i], buf.data() + i * kPage, kPage);
+    auto put = c.Put(chains.back(), PageKey::Zero(), id, Offsets(len));
+    EXPECT_TRUE(put.ok()) << "chain " << ch << ": " << put.status();
+    if (!put.ok()) continue;
+    EXPECT_EQ(put->stored, len) << "chain " << ch;
+    EXPECT_EQ(put->not_stored, 0u) << "chain " << ch;
+  }
+  return chains;
+}
+
 const wire::NamespaceStats* FindNs(const wire::StatsReply& s, const std::string& name) {
   for (const auto& n : s.namespaces())
     if (n.name() == name) return &n;
@@ -245,16 +263,8 @@ TEST_F(EvictionTest, NewestChainSurvivesPressureOldestIsGone) {
   ASSERT_TRUE(buf.ok());
   auto id = c->RegisterBuffer((*buf)->name(), (*buf)->size());
   ASSERT_TRUE(id.ok()) << id.status();
-  std::vector<std::vector<PageKey>> chains;
-  for (size_t ch = 0; ch < kChains; ++ch) {
-    chains.push_back(MakeChain(SmallLayout(), 1000 + ch, kLen));
-    for (size_t i = 0; i < kLen; ++i)
-      tools::FillPattern(chains.back()[i], (*buf)->data() + i * kPage, kPage);
-    auto put = c->Put(chains.back(), PageKey::Zero(), *id, Offsets(kLen));
-    ASSERT_TRUE(put.ok()) << "chain " << ch << ": " << put.status();
-    EXPECT_EQ(put->stored, kLen) << "chain " << ch;
-    EXPECT_EQ(put->not_stored, 0u) << "chain " << ch;
-  }
+  auto chains = PutChains(*c, **buf, *id, 1000, kChains, kLen);
+  ASSERT_FALSE(HasFailure());
   auto newest = c->Lookup(chains.back());
   ASSERT_TRUE(newest.ok());
   EXPECT_EQ(newest->hits, kLen);
@@ -321,15 +331,8 @@ TEST_F(NvmeDemotionTest, EvictedPagesComeBackFromNvme) {
   ASSERT_TRUE(buf.ok());
   auto id = c->RegisterBuffer((*buf)->name(), (*buf)->size());
   ASSERT_TRUE(id.ok()) << id.status();
-  std::vector<std::vector<PageKey>> chains;
-  for (size_t ch = 0; ch < kChains; ++ch) {
-    chains.push_back(MakeChain(SmallLayout(), 2000 + ch, kLen));
-    for (size_t i = 0; i < kLen; ++i)
-      tools::FillPattern(chains.back()[i], (*buf)->data() + i * kPage, kPage);
-    auto put = c->Put(chains.back(), PageKey::Zero(), *id, Offsets(kLen));
-    ASSERT_TRUE(put.ok()) << "chain " << ch << ": " << put.status();
-    EXPECT_EQ(put->stored, kLen) << "chain " << ch;
-  }
+  auto chains = PutChains(*c, **buf, *id, 2000, kChains, kLen);
+  ASSERT_FALSE(HasFailure());
   auto oldest = c->Lookup(chains.front());
   ASSERT_TRUE(oldest.ok()) << oldest.status();
   ASSERT_EQ(oldest->hits, kLen) << "demoted pages were dropped";

@@ -1,8 +1,5 @@
 // TierManager unit tests: dedup, LOOKUP counting, pins and delete, quotas,
 // reservations, checksums, configuration and snapshots.
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
-
 #include "gtest/gtest.h"
 #include "tests/unit/tiers_test_util.h"
 

@@ -122,13 +122,6 @@ NvmeIndex::~NvmeIndex() {
   }
 }
 
-absl::Status NvmeIndex::Put(const IndexRecord& r) {
-  // The WAL write reaches the OS before Put returns, so a process crash keeps
-  // it; the data it points at was made durable before this call.
-  return FromRocks(db_->Put(rocksdb::WriteOptions(), EncodeKey(r.ns, r.key), EncodeValue(r)),
-                   "NVMe index put");
-}
-
 absl::Status NvmeIndex::PutBatch(const std::vector<IndexRecord>& records) {
   rocksdb::WriteBatch batch;
   for (const IndexRecord& r : records) batch.Put(EncodeKey(r.ns, r.key), EncodeValue(r));

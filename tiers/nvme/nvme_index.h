@@ -41,8 +41,9 @@ class NvmeIndex {
                                                          bool* wiped);
   ~NvmeIndex();
 
-  absl::Status Put(const IndexRecord& record);
-  // All records in one atomic write.
+  // All records in one atomic write. The WAL write reaches the OS before it
+  // returns, so a process crash keeps it; the data the records point at must
+  // already be durable.
   absl::Status PutBatch(const std::vector<IndexRecord>& records);
   absl::Status Delete(absl::string_view ns, const PageKey& key);
   // Calls fn for each decodable record. Records that do not decode, and those

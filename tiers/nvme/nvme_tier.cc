@@ -132,19 +132,9 @@ class NvmeTier final : public Tier {
 
   bool persistent() const override { return true; }
 
-  absl::Status Persist(const Slot& slot, const PageMeta& meta) override {
-    // Bytes first: once the record exists it must point at the page.
-    if (absl::Status st = device_->Flush(); !st.ok()) return st;
-    KVTIER_KILL_POINT("nvme.persist.after_data");
-    nvme::IndexRecord r{std::string(meta.ns_name), meta.key, meta.parent, slot.offset,
-                        slot.bytes, meta.checksum, meta.stamp};
-    absl::Status st = index_->Put(r);
-    KVTIER_KILL_POINT("nvme.persist.after_index");
-    return st;
-  }
-
   absl::Status PersistBatch(const std::vector<Slot>& slots,
                             const std::vector<PageMeta>& metas) override {
+    // Bytes first: once a record exists it must point at its page.
     if (absl::Status st = device_->Flush(); !st.ok()) return st;
     KVTIER_KILL_POINT("nvme.persist.after_data");
     std::vector<nvme::IndexRecord> records;
