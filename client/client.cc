@@ -1,6 +1,9 @@
 // kvtier::Client: request/reply over one ZeroMQ DEALER socket.
 #include "kvtier/client.h"
 
+#include <atomic>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "kvtier.pb.h"
 #include "kvtier/errors.h"
@@ -56,7 +59,10 @@ struct Client::Impl {
 
   // Sends one request and waits for the reply with the same id. Replies to
   // earlier, timed-out requests are skipped.
-  absl::StatusOr<Result> Call(wire::Request& req, absl::Span<const absl::string_view> payloads = {}) {
+  // `tick`, when set, runs about every 50 us while the reply is awaited
+  // (layer-wise GET polls its progress counter there).
+  absl::StatusOr<Result> Call(wire::Request& req, absl::Span<const absl::string_view> payloads = {},
+                              const std::function<void()>& tick = nullptr) {
     req.set_version(kProtocolVersion);
     req.set_request_id(next_id++);
     req.set_session_id(session_id);
@@ -73,7 +79,12 @@ struct Client::Impl {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
       zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-      if (left.count() <= 0 || zmq::poll(&item, 1, left) == 0)
+      if (left.count() > 0 && tick && zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 0) {
+        tick();
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        continue;
+      }
+      if (left.count() <= 0 || (!tick && zmq::poll(&item, 1, left) == 0))
         return absl::UnavailableError(absl::StrCat("no reply from kvtierd at ", endpoint,
                                                    " within ", timeout.count(), " ms"));
       std::vector<zmq::message_t> frames;
@@ -140,6 +151,19 @@ absl::StatusOr<BufferId> Client::RegisterBuffer(const std::string& shm_name, uin
   return r.response.register_buffer().buffer_id();
 }
 
+absl::StatusOr<BufferId> Client::RegisterDeviceBuffer(DeviceBufferKind kind,
+                                                      const std::string& handle,
+                                                      int device_ordinal, uint64_t size) {
+  wire::Request req;
+  auto* r = req.mutable_register_buffer();
+  r->set_kind(static_cast<wire::BufferKind>(kind));
+  r->set_device_handle(handle);
+  r->set_device_ordinal(device_ordinal);
+  r->set_size(size);
+  ASSIGN_OR_RETURN(auto reply, impl_->Call(req));
+  return reply.response.register_buffer().buffer_id();
+}
+
 absl::Status Client::UnregisterBuffer(BufferId id) {
   wire::Request req;
   req.mutable_unregister_buffer()->set_buffer_id(id);
@@ -153,6 +177,7 @@ absl::StatusOr<LookupResult> Client::Lookup(absl::Span<const PageKey> keys) {
   LookupResult out;
   out.hits = r.response.lookup().hits();
   out.tiers = ToTiers(r.response.lookup().tiers());
+  out.prefetching = r.response.lookup().prefetching();
   return out;
 }
 
@@ -218,6 +243,110 @@ absl::StatusOr<wire::StatsReply> Client::Stats() {
   req.mutable_stats();
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
   return r.response.stats();
+}
+
+absl::StatusOr<wire::PingReply> Client::Ping() {
+  wire::Request req;
+  req.mutable_ping();
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return r.response.ping();
+}
+
+absl::StatusOr<wire::TenantsReply> Client::Tenants() {
+  wire::Request req;
+  req.mutable_tenants();
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return r.response.tenants();
+}
+
+absl::StatusOr<Client::EvictResult> Client::Evict(const std::string& namespace_name, TierKind tier,
+                                                  uint64_t pages) {
+  wire::Request req;
+  auto* e = req.mutable_evict();
+  e->set_namespace_(namespace_name);
+  e->set_tier(static_cast<wire::Tier>(tier));
+  if (pages == 0) e->set_all(true);
+  else e->set_pages(pages);
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return EvictResult{r.response.evict().evicted(), r.response.evict().remaining()};
+}
+
+absl::StatusOr<Client::FlushResult> Client::Flush() {
+  wire::Request req;
+  req.mutable_flush();
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return FlushResult{r.response.flush().flushed(), r.response.flush().not_flushed()};
+}
+
+// --- Prefetch: GET policies, layer-wise GET, PREFETCH ---
+
+namespace {
+
+wire::Get* FillGet(wire::Request& req, absl::Span<const PageKey> keys, BufferId buffer,
+                   absl::Span<const uint64_t> offsets, const GetOptions& options) {
+  auto* g = req.mutable_get();
+  g->set_keys(PackKeys(keys));
+  g->set_buffer_id(buffer);
+  g->mutable_offsets()->Add(offsets.begin(), offsets.end());
+  g->set_policy(static_cast<wire::GetPolicy>(options.policy));
+  if (options.policy == GetPolicy::kTimeout)
+    g->set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(0, options.timeout.count())));
+  return g;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TierKind>> Client::Get(absl::Span<const PageKey> keys, BufferId buffer,
+                                                  absl::Span<const uint64_t> offsets,
+                                                  const GetOptions& options) {
+  wire::Request req;
+  FillGet(req, keys, buffer, offsets, options);
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return ToTiers(r.response.get().tiers());
+}
+
+absl::StatusOr<std::vector<TierKind>> Client::GetLayers(
+    absl::Span<const PageKey> keys, BufferId buffer, absl::Span<const uint64_t> offsets,
+    absl::Span<uint8_t> mapping, uint64_t progress_offset, const LayerCallback& on_layer,
+    const GetOptions& options) {
+  if (progress_offset % 8 != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GetLayers: progress_offset ", progress_offset, " must be a multiple of 8"));
+  if (mapping.size() < 8 || progress_offset > mapping.size() - 8)
+    return absl::OutOfRangeError(absl::StrCat("GetLayers: progress_offset ", progress_offset,
+                                              " + 8 lies outside the ", mapping.size(),
+                                              "-byte buffer mapping"));
+  std::atomic_ref<uint64_t> progress(
+      *reinterpret_cast<uint64_t*>(mapping.data() + progress_offset));
+  progress.store(0, std::memory_order_relaxed);
+  uint32_t delivered = 0;
+  auto deliver = [&](uint64_t upto) {
+    for (; delivered < upto; ++delivered)
+      if (on_layer) on_layer(delivered);
+  };
+  wire::Request req;
+  wire::Get* g = FillGet(req, keys, buffer, offsets, options);
+  g->set_layerwise(true);
+  g->set_layer_progress_offset(progress_offset);
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req, {}, [&] {
+    deliver(progress.load(std::memory_order_acquire));
+  }));
+  deliver(std::max<uint64_t>(progress.load(std::memory_order_acquire), r.response.get().layers()));
+  return ToTiers(r.response.get().tiers());
+}
+
+absl::StatusOr<PrefetchResult> Client::Prefetch(absl::Span<const PageKey> keys,
+                                                const PrefetchOptions& options) {
+  wire::Request req;
+  auto* p = req.mutable_prefetch();
+  p->set_keys(PackKeys(keys));
+  p->set_target(static_cast<wire::Tier>(options.target));
+  p->set_priority(options.priority);
+  p->set_deadline_ms(static_cast<uint32_t>(std::max<int64_t>(0, options.deadline.count())));
+  p->set_lease_ms(static_cast<uint32_t>(std::max<int64_t>(0, options.lease.count())));
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  const auto& pr = r.response.prefetch();
+  return PrefetchResult{pr.queued(), pr.merged(), pr.resident(), pr.missing(), pr.rejected()};
 }
 
 }  // namespace kvtier

@@ -84,7 +84,10 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::Map(const std::strin
                                                         st.st_dev, st.st_ino));
 }
 
-ClientBuffer::~ClientBuffer() { munmap(data_, size_); }
+ClientBuffer::~ClientBuffer() {
+  if (gpu_) gpu_->CloseImported(tiers::hbm::ImportedMemory{data_, size_, dev_, ino_});
+  else munmap(data_, size_);
+}
 
 absl::Status ClientBuffer::CheckRange(uint64_t offset, uint64_t n) const {
   if (offset > size_ || n > size_ - offset)

@@ -11,6 +11,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "tiers/hbm/device.h"
 
 namespace kvtier::daemon {
 
@@ -19,11 +20,22 @@ class ClientBuffer {
   // Maps `size` bytes of the shm object `name`. Errors: NotFound (no such
   // object), PermissionDenied, InvalidArgument (object smaller than `size`).
   static absl::StatusOr<std::shared_ptr<ClientBuffer>> Map(const std::string& name, uint64_t size);
+  // A client's GPU memory: `size` bytes of the allocation behind `handle`
+  // (CUDA IPC handle, or the emulated device's shm name), mapped through
+  // `device`. `label` names it in errors. Defined in device_transfers.cc.
+  static absl::StatusOr<std::shared_ptr<ClientBuffer>> MapDevice(
+      std::shared_ptr<tiers::hbm::Device> device, const std::string& handle, uint64_t size,
+      std::string label);
   ~ClientBuffer();
   ClientBuffer(const ClientBuffer&) = delete;
   ClientBuffer& operator=(const ClientBuffer&) = delete;
 
-  uint8_t* data() const { return data_; }
+  // Host bytes of a shm buffer; nullptr for a device buffer.
+  uint8_t* data() const { return gpu_ ? nullptr : data_; }
+  // Device buffers: the device that mapped it and the device address.
+  bool on_device() const { return gpu_ != nullptr; }
+  tiers::hbm::Device* gpu() const { return gpu_.get(); }
+  uint8_t* device_ptr() const { return gpu_ ? data_ : nullptr; }
   uint64_t size() const { return size_; }
   const std::string& name() const { return name_; }
   uint64_t device() const { return dev_; }
@@ -39,6 +51,7 @@ class ClientBuffer {
   uint8_t* data_;
   uint64_t size_;
   uint64_t dev_, ino_;
+  std::shared_ptr<tiers::hbm::Device> gpu_;  // set for device buffers
 };
 
 // Installs the process-wide SIGBUS handler used by GuardedRun (idempotent).

@@ -35,6 +35,9 @@ absl::Status DaemonConfig::Validate() const {
   if (copy_threads < 1 || copy_threads > 64)
     return absl::InvalidArgumentError("--copy_threads must be in [1, 64]");
   if (max_sessions < 1) return absl::InvalidArgumentError("--max_sessions must be >= 1");
+  if (metrics_port < -1 || metrics_port > 65535)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_port=", metrics_port, " must be 0 (off), -1 (any free port) or a port number"));
   if (max_buffers_per_session < 1)
     return absl::InvalidArgumentError("--max_buffers_per_session must be >= 1");
   RETURN_IF_ERROR(host.Validate());

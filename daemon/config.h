@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "tiers/host_tier.h"
 #include "tiers/nvme/nvme_tier.h"
+#include "prefetch/prefetcher.h"
 #include "tiers/tier_manager.h"
 
 namespace kvtier::daemon {
@@ -23,10 +24,15 @@ struct DaemonConfig {
   // NVMe tier: capacity 0 disables it; dir empty means <state_dir>/nvme.
   tiers::NvmeTierConfig nvme;
   tiers::TierManagerConfig store;
+  // LOOKUP lookahead, PREFETCH, GET policies (prefetch_handlers.cc).
+  prefetch::PrefetcherConfig prefetch;
   int copy_threads = 2;
   int max_sessions = 1024;
   int max_buffers_per_session = 64;
   absl::Duration session_idle_timeout = absl::Minutes(30);
+  // Prometheus endpoint on 127.0.0.1: 0 = off, -1 = any free port (logged,
+  // and in STATS daemon.metrics_port).
+  int metrics_port = 0;
 
   // Fills empty paths with the defaults of kvtier/paths.h.
   void ApplyDefaults();

@@ -29,6 +29,8 @@ absl::Status MakeDir(const std::string& dir, mode_t mode) {
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), ctx_(1) {}
 
 Daemon::~Daemon() {
+  metrics_http_.reset();  // it reads the store
+  StopPrefetch();  // waiting GETs hand their copies to the engine first
   if (engine_) engine_->Shutdown();
   completions_.reset();
   router_.reset();
@@ -36,13 +38,17 @@ Daemon::~Daemon() {
   // context releases them before the store they point into goes away.
   ctx_.close();
   sessions_ = SessionTable();
+  if (pinned_host_ != nullptr) device_->UnregisterHost(pinned_host_);
+  prefetcher_.reset();  // its leases pin pages of store_
   store_.reset();
 }
 
-absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config,
+                                                       DeviceOptions device) {
   config.ApplyDefaults();
   RETURN_IF_ERROR(config.Validate());
   std::unique_ptr<Daemon> d(new Daemon(std::move(config)));
+  d->device_options_ = device;
   RETURN_IF_ERROR(d->Init());
   return d;
 }
@@ -58,13 +64,15 @@ absl::Status Daemon::Init() {
   }
   RETURN_IF_ERROR(MakeDir(config_.state_dir, 0700));
   std::vector<std::unique_ptr<tiers::Tier>> tiers;
+  RETURN_IF_ERROR(InitDevice(tiers));  // the HBM tier, if any, goes on top
   ASSIGN_OR_RETURN(auto host, tiers::CreateHostTier(config_.host));
   spdlog::info("host tier: {} MiB, {}", host->capacity_bytes() >> 20, host->backing());
+  PinHostArena(*host);
   tiers.push_back(std::move(host));
   if (config_.nvme.capacity_bytes > 0) {
     ASSIGN_OR_RETURN(auto nvme, tiers::CreateNvmeTier(config_.nvme));
     // Pages move between the host arena and NVMe: io_uring fixed buffers.
-    auto [base, len] = tiers.front()->Region();
+    auto [base, len] = tiers.back()->Region();
     if (base != nullptr) (void)nvme->RegisterIoRegion(base, len);
     spdlog::info("nvme tier: {} MiB, {}", nvme->capacity_bytes() >> 20, nvme->backing());
     tiers.push_back(std::move(nvme));
@@ -86,6 +94,8 @@ absl::Status Daemon::Init() {
                    absl::ToDoubleMilliseconds(absl::Now() - t0));
   RETURN_IF_ERROR(BindEndpoints());
   ASSIGN_OR_RETURN(engine_, CopyEngine::Create(ctx_, completion_endpoint_, config_.copy_threads));
+  RETURN_IF_ERROR(StartMetrics());
+  RETURN_IF_ERROR(InitPrefetch());
   return absl::OkStatus();
 }
 
@@ -141,12 +151,14 @@ absl::Status Daemon::Run(const std::atomic<bool>& stop) {
       if (!(router_->get(zmq::sockopt::events) & ZMQ_POLLIN)) break;
       OnRouterMessage();
     }
+    metrics_.sessions.store(sessions_.size(), std::memory_order_relaxed);
     if (absl::Now() >= next_reap) {
       sessions_.ReapIdle(absl::Now() - config_.session_idle_timeout);
       next_reap = absl::Now() + absl::Seconds(1);
     }
   }
   spdlog::info("shutting down: draining {} copy workers", engine_->threads());
+  StopPrefetch();
   engine_->Shutdown();
   while (completions_->get(zmq::sockopt::events) & ZMQ_POLLIN) OnCompletion();
   return absl::OkStatus();
@@ -167,6 +179,7 @@ Daemon::Frames Daemon::RecvMultipart(zmq::socket_t& socket) {
 
 void Daemon::OnCompletion() {
   Frames frames = RecvMultipart(*completions_);
+  if (frames.size() >= 2) EndPendingRequest(frames[0], frames[1]);
   for (size_t i = 0; i < frames.size(); ++i) {
     auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
     router_->send(frames[i], flags | zmq::send_flags::dontwait);
@@ -183,17 +196,21 @@ void Daemon::OnRouterMessage() {
 
 void Daemon::Dispatch(const std::string& routing_id, Frames& frames) {
   ++requests_;
+  const int64_t start_ns = MonotonicNanos();
+  replied_ = false;
   std::vector<absl::string_view> views;
   views.reserve(frames.size());
   for (auto& f : frames) views.emplace_back(static_cast<const char*>(f.data()), f.size());
   uint64_t request_id = 0;
   auto decoded = DecodeRequest(views, &request_id);
+  const int type = decoded.ok() ? static_cast<int>(decoded->request.body_case()) : 0;
   absl::Status status = decoded.ok() ? Route(routing_id, *decoded, frames) : decoded.status();
   if (!status.ok()) {
     ++request_errors_;
     spdlog::debug("request {} failed: {}", request_id, status.ToString());
     SendReply(routing_id, Reply{ErrorResponse(request_id, status), {}});
   }
+  EndRequest(routing_id, request_id, type, start_ns, !status.ok());
 }
 
 absl::Status Daemon::Route(const std::string& routing_id, DecodedRequest& d, Frames& frames) {
@@ -213,6 +230,7 @@ absl::Status Daemon::Route(const std::string& routing_id, DecodedRequest& d, Fra
       case wire::Request::kLookup: reply = HandleLookup(*s, d); break;
       case wire::Request::kDelete: reply = HandleDelete(*s, d); break;
       case wire::Request::kStats: reply = HandleStats(*s, d); break;
+      case wire::Request::kPrefetch: reply = HandlePrefetch(*s, d); break;
       case wire::Request::kGet:
         if (r.get().buffer_id() == 0) {
           reply = HandleGetInline(*s, d);
@@ -220,6 +238,10 @@ absl::Status Daemon::Route(const std::string& routing_id, DecodedRequest& d, Fra
         }
         return SubmitGet(*s, d, routing_id);
       case wire::Request::kPut: return SubmitPut(*s, d, frames, routing_id);
+      case wire::Request::kPing: reply = HandlePing(*s); break;
+      case wire::Request::kTenants: reply = HandleTenants(*s); break;
+      case wire::Request::kEvict: return SubmitEvict(*s, d, routing_id);
+      case wire::Request::kFlush: return SubmitFlush(*s, d, routing_id);
       case wire::Request::kBye:
         sessions_.Erase(r.session_id());
         reply = Reply{};
@@ -247,6 +269,7 @@ Daemon::Frames Daemon::ReplyFrames(const std::string& routing_id, Reply reply) {
 }
 
 void Daemon::SendReply(const std::string& routing_id, Reply reply) {
+  replied_ = true;
   Frames frames = ReplyFrames(routing_id, std::move(reply));
   for (size_t i = 0; i < frames.size(); ++i) {
     auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;

@@ -16,19 +16,27 @@
 #include "absl/time/time.h"
 #include "daemon/config.h"
 #include "daemon/copy_engine.h"
+#include "daemon/device_transfers.h"
+#include "daemon/latency.h"
+#include "daemon/metrics_http.h"
 #include "daemon/request_codec.h"
 #include "daemon/session.h"
 #include "daemon/tenants.h"
+#include "prefetch/prefetcher.h"
 #include "tiers/tier_manager.h"
 #include "zmq.hpp"
 
 namespace kvtier::daemon {
 
+struct PolicyGet;  // a GET that depends on prefetch (prefetch_handlers.cc)
+
 class Daemon {
  public:
   // Creates the store, maps the host arena, binds the sockets. Errors name
   // the flag or path at fault.
-  static absl::StatusOr<std::unique_ptr<Daemon>> Create(DaemonConfig config);
+  // `device` picks the GPU backend and the HBM tier (device_transfers.h).
+  static absl::StatusOr<std::unique_ptr<Daemon>> Create(DaemonConfig config,
+                                                        DeviceOptions device = {});
   ~Daemon();
 
   // Serves until `stop` becomes true (checked at least every 100 ms), then
@@ -47,6 +55,12 @@ class Daemon {
 
   explicit Daemon(DaemonConfig config);
   absl::Status Init();
+  // GPU path (device_transfers.cc): the device and, with hbm_bytes > 0, the
+  // HBM tier (pushed first: the top tier); pinning the host arena; mapping a
+  // client's device buffer at REGISTER_BUFFER.
+  absl::Status InitDevice(std::vector<std::unique_ptr<tiers::Tier>>& tiers);
+  void PinHostArena(tiers::Tier& host);
+  absl::StatusOr<std::shared_ptr<ClientBuffer>> MapDeviceBuffer(const wire::RegisterBuffer& r);
   absl::Status BindEndpoints();
   static Frames RecvMultipart(zmq::socket_t& socket);
   void OnRouterMessage();
@@ -71,10 +85,42 @@ class Daemon {
   absl::StatusOr<std::shared_ptr<ClientBuffer>> FindBuffer(Session& s, uint32_t buffer_id,
                                                            absl::string_view op);
   wire::StatsReply BuildStats(const Session& s) const;
+  // Prefetch (prefetch_handlers.cc): PREFETCH, LOOKUP lookahead, and GETs
+  // with a policy, layer-wise delivery or a promotion in flight.
+  absl::Status InitPrefetch();
+  void StopPrefetch();
+  absl::StatusOr<Reply> HandlePrefetch(Session& s, const DecodedRequest& d);
+  uint32_t StartLookahead(const Session& s, const DecodedRequest& d,
+                          const tiers::LookupResult& found);
+  bool UsesPrefetchPath(const Session& s, const DecodedRequest& d) const;
+  absl::Status SubmitPolicyGet(Session& s, const DecodedRequest& d, const std::string& routing_id);
+  void StartPolicyGet(std::shared_ptr<PolicyGet> job);
+  void FillPrefetchStats(wire::StatsReply* out) const;
+  // Operator requests (admin_handlers.cc). EVICT and FLUSH may do disk I/O,
+  // so they run as copy-engine jobs.
+  absl::StatusOr<Reply> HandlePing(Session& s);
+  absl::StatusOr<Reply> HandleTenants(Session& s);
+  absl::Status SubmitEvict(Session& s, const DecodedRequest& d, const std::string& routing_id);
+  absl::Status SubmitFlush(Session& s, const DecodedRequest& d, const std::string& routing_id);
+  // Metrics (metrics_daemon.cc): the /metrics endpoint, and request timing
+  // from receipt to reply, also for replies that come back from the engine.
+  absl::Status StartMetrics();
+  std::string RenderMetrics() const;
+  void EndRequest(const std::string& routing_id, uint64_t request_id, int type, int64_t start_ns,
+                  bool failed);
+  void EndPendingRequest(const zmq::message_t& routing_id, const zmq::message_t& header);
 
   DaemonConfig config_;
+  DeviceOptions device_options_;
   TenantRegistry tenants_;
+  // Declared before store_: the HBM tier and device buffers hold it too.
+  std::shared_ptr<tiers::hbm::Device> device_;  // null with --hbm_device=none
+  std::string device_desc_ = "none";
+  void* pinned_host_ = nullptr;  // host arena registered with device_
   std::unique_ptr<tiers::TierManager> store_;
+  // Holds pins (leases) into store_: shut down and reset before it.
+  std::unique_ptr<prefetch::Prefetcher> prefetcher_;
+  tiers::HbmTier* hbm_ = nullptr;  // owned by store_; null without an HBM tier
   zmq::context_t ctx_;
   // One ROUTER bound to every endpoint (ipc and tcp), so completions need
   // only the routing id to find their peer.
@@ -97,6 +143,17 @@ class Daemon {
   uint64_t request_errors_ = 0;
   absl::Time started_;
   std::string completion_endpoint_;
+  // Request metrics are atomics: the metrics thread reads them.
+  RequestMetrics metrics_;
+  bool replied_ = false;  // set by SendReply: the request was answered inline
+  struct PendingRequest {
+    int type = 0;
+    int64_t start_ns = 0;
+  };
+  // Requests whose reply comes from the copy engine, by routing id + request
+  // id (frontend thread only).
+  absl::flat_hash_map<std::string, PendingRequest> pending_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
 };
 
 }  // namespace kvtier::daemon

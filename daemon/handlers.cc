@@ -61,20 +61,27 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleHello(const std::string& routing_id,
 absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRequest& d) {
   const wire::RegisterBuffer& r = d.request.register_buffer();
   // The daemon's own arenas are never a client buffer, whatever the name.
-  if (absl::StartsWith(r.shm_name(), "/kvtier-host") ||
+  if (absl::StartsWith(r.shm_name(), "/kvtier-host") || IsOwnDeviceObject(r.shm_name()) ||
       (!config_.host.shm_name.empty() && r.shm_name() == config_.host.shm_name))
     return absl::PermissionDeniedError(
         absl::StrCat("REGISTER_BUFFER: '", r.shm_name(), "' is reserved for the daemon"));
   if (s.buffers.size() >= static_cast<size_t>(config_.max_buffers_per_session))
     return absl::ResourceExhaustedError(absl::StrCat(
         "REGISTER_BUFFER: at most ", config_.max_buffers_per_session, " buffers per session"));
-  ASSIGN_OR_RETURN(auto buffer, ClientBuffer::Map(r.shm_name(), r.size()));
+  std::shared_ptr<ClientBuffer> buffer;
+  if (r.kind() == wire::BUFFER_SHM) {
+    ASSIGN_OR_RETURN(buffer, ClientBuffer::Map(r.shm_name(), r.size()));
+  } else {
+    ASSIGN_OR_RETURN(buffer, MapDeviceBuffer(r));  // device_transfers.cc
+  }
+  // CUDA IPC memory has no identity the daemon can see ({0, 0}).
   const std::pair<uint64_t, uint64_t> object{buffer->device(), buffer->inode()};
   auto owner = buffer_owners_.find(object);
-  if (owner != buffer_owners_.end() && owner->second.ns != s.ns && !owner->second.buffer.expired())
+  if (object.second != 0 && owner != buffer_owners_.end() && owner->second.ns != s.ns &&
+      !owner->second.buffer.expired())
     return absl::PermissionDeniedError(absl::StrCat(
-        "REGISTER_BUFFER: '", r.shm_name(), "' is registered by another tenant"));
-  buffer_owners_[object] = BufferOwner{s.ns, buffer};
+        "REGISTER_BUFFER: '", buffer->name(), "' is registered by another tenant"));
+  if (object.second != 0) buffer_owners_[object] = BufferOwner{s.ns, buffer};
   uint32_t id = s.next_buffer_id++;
   s.buffers.emplace(id, std::move(buffer));
   Reply reply;
@@ -109,6 +116,7 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleLookup(Session& s, const DecodedRequ
   std::string tiers(result.tiers.size(), '\0');
   for (size_t i = 0; i < result.tiers.size(); ++i) tiers[i] = static_cast<char>(result.tiers[i]);
   lr->set_tiers(std::move(tiers));
+  lr->set_prefetching(StartLookahead(s, d, result));  // NVMe hits start coming up now
   return reply;
 }
 
@@ -130,11 +138,15 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleStats(Session& s, const DecodedReque
 // that the ZeroMQ I/O thread releases once the bytes are on the wire.
 absl::StatusOr<Daemon::Reply> Daemon::HandleGetInline(Session& s, const DecodedRequest& d) {
   RETURN_IF_ERROR(NeedLayout(s, "GET"));
+  if (d.request.get().policy() != wire::GET_WAIT_COMPLETE)
+    return absl::InvalidArgumentError(
+        "GET: policies best_effort and timeout need a registered buffer (inline GET waits)");
   Reply reply;
   std::string tiers(d.keys.size(), '\0');
   for (size_t i = 0; i < d.keys.size(); ++i) {
     std::optional<tiers::PagePin> pin = store_->PinForRead(s.ns, d.keys[i]);
     if (!pin || pin->bytes() != s.page_bytes) continue;  // absent, or another layout's page
+    if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys[i]);  // lease no longer needed
     tiers[i] = static_cast<char>(pin->tier());
     // NVMe pages move up to the host tier first. (This reads on the frontend
     // thread; remote inline GETs of NVMe pages are the slow path.)

@@ -34,13 +34,22 @@ ABSL_FLAG(int, nvme_io_threads, 1, "NVMe I/O threads (one io_uring each)");
 ABSL_FLAG(int, nvme_queue_depth, 64, "NVMe in-flight I/Os per ring");
 ABSL_FLAG(std::string, write_policy, "write-back", "write-back (a page reaches NVMe when RAM evicts it) or write-through (every PUT also written to NVMe before it is acknowledged, so a restart finds it)");
 ABSL_FLAG(bool, promote_on_get, true, "move a page read from NVMe up to the host tier");
+ABSL_FLAG(bool, prefetch_lookahead, false, "LOOKUP starts promoting its NVMe hits to the host tier, pinned until their GET or lease");
+ABSL_FLAG(int, prefetch_threads, 2, "prefetch I/O threads: promotions in flight at once");
+ABSL_FLAG(int, prefetch_lease_ms, 2000, "how long a prefetched page stays pinned waiting for its GET (PREFETCH may ask for another)");
+ABSL_FLAG(int, prefetch_deadline_ms, 1000, "a lookahead promotion not started within this is dropped");
+ABSL_FLAG(std::string, prefetch_max_pinned, "0", "bytes prefetch may hold pinned (leases + in flight); 0 = a quarter of the host tier");
 ABSL_FLAG(std::string, nvme_admission, "all", "which host evictions are written to NVMe: all, or reused (pages read or PUT again since stored)");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
 ABSL_FLAG(double, low_watermark, 0.90, "background eviction stops below this fraction of a tier");
 ABSL_FLAG(int, copy_threads, 2, "copy engine worker threads");
+ABSL_FLAG(std::string, hbm_bytes, "0", "HBM (GPU) tier capacity, e.g. 16GiB; 0 = no HBM tier");
+ABSL_FLAG(std::string, hbm_device, "auto", "device backend: auto (CUDA when a GPU is present and --hbm_bytes > 0, else emulated), cuda, emulated, none");
+ABSL_FLAG(int, hbm_device_ordinal, 0, "CUDA device of the HBM tier and of client GPU buffers");
 ABSL_FLAG(int, max_sessions, 1024, "maximum concurrent sessions");
 ABSL_FLAG(int, session_idle_timeout_s, 1800, "drop sessions idle for this many seconds");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics endpoint on 127.0.0.1 at this port (9464 is the usual choice); 0 = off, -1 = any free port (logged)");
 
 namespace {
 
@@ -93,6 +102,13 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   c.nvme.io_threads = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_io_threads)));
   c.nvme.queue_depth = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_queue_depth)));
   c.store.promote_on_get = absl::GetFlag(FLAGS_promote_on_get);
+  c.prefetch.lookahead = absl::GetFlag(FLAGS_prefetch_lookahead);
+  c.prefetch.io_threads = static_cast<uint32_t>(std::max(0, absl::GetFlag(FLAGS_prefetch_threads)));
+  if (absl::GetFlag(FLAGS_prefetch_lease_ms) < 0 || absl::GetFlag(FLAGS_prefetch_deadline_ms) <= 0)
+    return absl::InvalidArgumentError("--prefetch_lease_ms must be >= 0 and --prefetch_deadline_ms > 0");
+  c.prefetch.policy.default_lease = absl::Milliseconds(absl::GetFlag(FLAGS_prefetch_lease_ms));
+  c.prefetch.policy.lookahead_deadline = absl::Milliseconds(absl::GetFlag(FLAGS_prefetch_deadline_ms));
+  ASSIGN_OR_RETURN(c.prefetch.max_pinned_bytes, BytesFlag(FLAGS_prefetch_max_pinned));
   std::string policy = absl::GetFlag(FLAGS_write_policy);
   if (policy == "write-through") c.store.write_through = true;
   else if (policy != "write-back") return absl::InvalidArgumentError("--write_policy must be write-back or write-through");
@@ -105,7 +121,19 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   c.copy_threads = absl::GetFlag(FLAGS_copy_threads);
   c.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   c.session_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_session_idle_timeout_s));
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   return c;
+}
+
+absl::StatusOr<kvtier::daemon::DeviceOptions> DeviceFromFlags() {
+  kvtier::daemon::DeviceOptions d;
+  auto mode = kvtier::tiers::hbm::ParseDeviceMode(absl::GetFlag(FLAGS_hbm_device));
+  if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--hbm_device: ", mode.status().message()));
+  d.mode = *mode;
+  ASSIGN_OR_RETURN(d.hbm_bytes, BytesFlag(FLAGS_hbm_bytes));
+  d.ordinal = absl::GetFlag(FLAGS_hbm_device_ordinal);
+  if (d.ordinal < 0) return absl::InvalidArgumentError("--hbm_device_ordinal must be >= 0");
+  return d;
 }
 
 }  // namespace
@@ -125,8 +153,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvtierd: %s\n", std::string(config.status().message()).c_str());
     return 2;
   }
+  auto device = DeviceFromFlags();
+  if (!device.ok()) {
+    std::fprintf(stderr, "kvtierd: %s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
   std::thread signals = StartSignalThread();
-  auto daemon = kvtier::daemon::Daemon::Create(*std::move(config));
+  auto daemon = kvtier::daemon::Daemon::Create(*std::move(config), *device);
   if (!daemon.ok()) {
     std::fprintf(stderr, "kvtierd: %s\n", daemon.status().ToString().c_str());
     std::_Exit(1);

@@ -38,6 +38,16 @@ absl::Status CheckHello(const wire::Hello& h) {
 }
 
 absl::Status CheckRegister(const wire::RegisterBuffer& r) {
+  if (r.kind() != wire::BUFFER_SHM) {  // GPU buffer: the device backend checks the handle
+    if (!wire::BufferKind_IsValid(r.kind()))
+      return Invalid(absl::StrCat("REGISTER_BUFFER: unknown buffer kind ", static_cast<int>(r.kind())));
+    if (r.device_handle().empty() || r.device_handle().size() > 256)
+      return Invalid("REGISTER_BUFFER: device_handle must be 1-256 bytes");
+    if (!r.shm_name().empty())
+      return Invalid("REGISTER_BUFFER: shm_name must be empty for a device buffer");
+    if (r.size() == 0) return Invalid("REGISTER_BUFFER: size must be > 0");
+    return absl::OkStatus();
+  }
   const std::string& n = r.shm_name();
   if (n.size() < 2 || n.size() > 255 || n[0] != '/' || n.find('/', 1) != std::string::npos ||
       n.find('\0') != std::string::npos)
@@ -64,6 +74,22 @@ absl::Status CheckTransfer(absl::string_view op, uint32_t buffer_id, int offsets
   return absl::OkStatus();
 }
 
+// GET's prefetch fields (policy, timeout, layer-wise delivery): shape only.
+absl::Status CheckGetPolicy(const wire::Get& g) {
+  if (!wire::GetPolicy_IsValid(g.policy()))
+    return Invalid(absl::StrCat("GET: unknown policy ", static_cast<int>(g.policy())));
+  if (g.timeout_ms() != 0 && g.policy() != wire::GET_TIMEOUT)
+    return Invalid("GET: timeout_ms is only meaningful with policy GET_TIMEOUT");
+  if (g.layerwise() && g.buffer_id() == 0)
+    return Invalid("GET: layerwise needs a registered buffer (buffer_id 0 is inline)");
+  if (!g.layerwise() && g.layer_progress_offset() != 0)
+    return Invalid("GET: layer_progress_offset given without layerwise");
+  if (g.layerwise() && g.layer_progress_offset() % 8 != 0)
+    return Invalid(absl::StrCat("GET: layer_progress_offset ", g.layer_progress_offset(),
+                                " must be a multiple of 8"));
+  return absl::OkStatus();
+}
+
 absl::Status DecodeBody(DecodedRequest& d, absl::Span<const absl::string_view> payloads) {
   const wire::Request& r = d.request;
   switch (r.body_case()) {
@@ -71,7 +97,19 @@ absl::Status DecodeBody(DecodedRequest& d, absl::Span<const absl::string_view> p
     case wire::Request::kRegisterBuffer: return CheckRegister(r.register_buffer());
     case wire::Request::kUnregisterBuffer:
     case wire::Request::kStats:
-    case wire::Request::kBye: return absl::OkStatus();
+    case wire::Request::kBye:
+    case wire::Request::kPing:
+    case wire::Request::kFlush:
+    case wire::Request::kTenants: return absl::OkStatus();
+    case wire::Request::kEvict: {
+      const wire::Evict& e = r.evict();
+      if (e.namespace_().size() > 256) return Invalid("EVICT: namespace name longer than 256 bytes");
+      if (!e.all() && e.pages() == 0) return Invalid("EVICT: give pages > 0 or all");
+      if (e.all() && e.pages() != 0) return Invalid("EVICT: give pages or all, not both");
+      if (!wire::Tier_IsValid(e.tier()))
+        return Invalid(absl::StrCat("EVICT: unknown tier ", static_cast<int>(e.tier())));
+      return absl::OkStatus();
+    }
     case wire::Request::kLookup: {
       ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.lookup().keys(), "LOOKUP"));
       return absl::OkStatus();
@@ -82,8 +120,16 @@ absl::Status DecodeBody(DecodedRequest& d, absl::Span<const absl::string_view> p
     }
     case wire::Request::kGet: {
       ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.get().keys(), "GET"));
+      RETURN_IF_ERROR(CheckGetPolicy(r.get()));
       return CheckTransfer("GET", r.get().buffer_id(), r.get().offsets_size(), d.keys.size(),
                            payloads.size(), false);
+    }
+    case wire::Request::kPrefetch: {
+      ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.prefetch().keys(), "PREFETCH"));
+      if (!wire::Tier_IsValid(r.prefetch().target()))
+        return Invalid(absl::StrCat("PREFETCH: unknown target tier ",
+                                    static_cast<int>(r.prefetch().target())));
+      return absl::OkStatus();
     }
     case wire::Request::kPut: {
       ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.put().keys(), "PUT"));
@@ -138,6 +184,11 @@ absl::string_view RequestName(const wire::Request& request) {
     case wire::Request::kDelete: return "DELETE";
     case wire::Request::kStats: return "STATS";
     case wire::Request::kBye: return "BYE";
+    case wire::Request::kPing: return "PING";
+    case wire::Request::kEvict: return "EVICT";
+    case wire::Request::kFlush: return "FLUSH";
+    case wire::Request::kTenants: return "TENANTS";
+    case wire::Request::kPrefetch: return "PREFETCH";
     case wire::Request::BODY_NOT_SET: break;
   }
   return "UNKNOWN";

@@ -6,23 +6,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "daemon/daemon.h"
+#include "daemon/metrics.h"
 
 namespace kvtier::daemon {
 namespace {
-
-// Reads "VmRSS:" and "RssAnon:" (kB) from /proc/self/status.
-void ReadRss(uint64_t* rss, uint64_t* anon) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    if (parts.size() < 2) continue;
-    uint64_t kb = 0;
-    if (!absl::SimpleAtoi(parts[1], &kb)) continue;
-    if (parts[0] == "VmRSS:") *rss = kb * 1024;
-    if (parts[0] == "RssAnon:") *anon = kb * 1024;
-  }
-}
 
 void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
   out->set_name(std::string(tiers::TierName(t.kind)));
@@ -80,6 +67,8 @@ wire::StatsReply Daemon::BuildStats(const Session& s) const {
   d->set_rss_bytes(rss);
   d->set_rss_anon_bytes(anon);
   d->set_index_pages(snap.index_pages);
+  d->set_device(device_desc_);
+  d->set_metrics_port(metrics_http_ ? metrics_http_->port() : 0);
   bool admin = s.tenant && s.tenant->admin;
   // Tier-wide counters sum over every namespace, so only admins see them;
   // others get the shape of the tiers and their own namespace's figures.
@@ -101,6 +90,9 @@ wire::StatsReply Daemon::BuildStats(const Session& s) const {
   }
   for (const auto& n : snap.namespaces)
     if (admin || n.id == s.ns) FillNamespace(n, out.add_namespaces());
+  // Latency sums over every namespace's requests: admins only, like the tiers.
+  if (admin) FillLatency(metrics_, &out);
+  if (admin) FillPrefetchStats(&out);  // daemon-wide, like the tier counters
   return out;
 }
 

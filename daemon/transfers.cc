@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
+#include "daemon/device_transfers.h"
 #include "kvtier/status_macros.h"
 
 namespace kvtier::daemon {
@@ -45,12 +46,15 @@ struct JobState {
 
 struct GetJob : JobState {
   tiers::TierManager* store = nullptr;
+  tiers::HbmTier* hbm = nullptr;  // for device buffers (device_transfers.cc)
+  prefetch::Prefetcher* prefetcher = nullptr;  // yields to our NVMe reads
   std::vector<tiers::PagePin> pins;  // invalid where the key missed
   std::vector<uint64_t> offsets;
   std::string tiers;
 };
 
 struct PutJob : JobState {
+  tiers::HbmTier* hbm = nullptr;  // for device buffers (device_transfers.cc)
   std::vector<zmq::message_t> frames;  // inline pages (frames[0] is the header)
   std::vector<tiers::Reservation> reservations;
   std::vector<size_t> key_index;  // key of each reservation
@@ -64,6 +68,12 @@ struct PutJob : JobState {
 };
 
 void CopyGetRange(GetJob& job, size_t begin, size_t end) {
+  if (job.buffer->on_device()) {
+    absl::Status st = DeviceGet(*job.store, job.hbm, *job.buffer, absl::MakeSpan(job.pins),
+                                job.offsets, job.tiers, begin, end);
+    if (!st.ok()) job.Fail(st);
+    return;
+  }
   for (size_t i = begin; i < end; ++i) {
     tiers::PagePin& pin = job.pins[i];
     if (!pin.valid()) continue;
@@ -71,6 +81,8 @@ void CopyGetRange(GetJob& job, size_t begin, size_t end) {
     absl::Status st;
     // A page on NVMe moves up first (its bytes land in a host slot we own),
     // then leaves from there like any host page.
+    std::optional<prefetch::Prefetcher::DemandScope> demand;  // prefetch waits meanwhile
+    if (pin.data() == nullptr && job.prefetcher != nullptr) demand.emplace(job.prefetcher);
     if (pin.data() == nullptr) job.store->Promote(pin);
     const uint8_t* src = pin.data();
     bool ok = GuardedRun([&] {
@@ -89,6 +101,12 @@ void CopyGetRange(GetJob& job, size_t begin, size_t end) {
 }
 
 void FillPutRange(PutJob& job, size_t begin, size_t end) {
+  if (job.buffer && job.buffer->on_device()) {
+    absl::Status st = DevicePut(job.hbm, *job.buffer, absl::MakeSpan(job.reservations),
+                                job.key_index, job.offsets, begin, end);
+    if (!st.ok()) job.Fail(st);
+    return;
+  }
   for (size_t r = begin; r < end; ++r) {
     const uint8_t* src = job.Source(job.key_index[r]);
     absl::Status st;
@@ -102,6 +120,8 @@ void FillPutRange(PutJob& job, size_t begin, size_t end) {
 
 absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::string& routing_id) {
   if (!s.layout) return absl::FailedPreconditionError("GET: the session declared no layout");
+  // Policies, layer-wise delivery, promotions in flight: prefetch_handlers.cc.
+  if (UsesPrefetchPath(s, d)) return SubmitPolicyGet(s, d, routing_id);
   const wire::Get& g = d.request.get();
   ASSIGN_OR_RETURN(auto buffer, FindBuffer(s, g.buffer_id(), "GET"));
   RETURN_IF_ERROR(CheckOffsets("GET", *buffer, g.offsets(), s.page_bytes));
@@ -110,12 +130,15 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   job->routing_id = routing_id;
   job->buffer = std::move(buffer);
   job->store = store_.get();
+  job->hbm = hbm_;
+  job->prefetcher = prefetcher_.get();
   job->offsets.assign(g.offsets().begin(), g.offsets().end());
   job->tiers.assign(d.keys.size(), '\0');
   job->pins.resize(d.keys.size());
   for (size_t i = 0; i < d.keys.size(); ++i) {
     std::optional<tiers::PagePin> pin = store_->PinForRead(s.ns, d.keys[i]);
     if (!pin || pin->bytes() != s.page_bytes) continue;
+    if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys[i]);  // lease no longer needed
     job->tiers[i] = static_cast<char>(pin->tier());
     job->pins[i] = *std::move(pin);
   }
@@ -146,6 +169,7 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
   auto job = std::make_shared<PutJob>();
   job->request_id = d.request.request_id();
   job->routing_id = routing_id;
+  job->hbm = hbm_;
   if (p.buffer_id() != 0) {
     ASSIGN_OR_RETURN(job->buffer, FindBuffer(s, p.buffer_id(), "PUT"));
     RETURN_IF_ERROR(CheckOffsets("PUT", *job->buffer, p.offsets(), s.page_bytes));

@@ -16,6 +16,7 @@ PKGS=(
   python3 python3-zmq python3-protobuf
   clang libclang-rt-14-dev
   fio redis-server libhiredis-dev
+  gnuplot-nox
 )
 
 missing=()

@@ -102,6 +102,7 @@ TierKind PagePin::tier() const {
 }
 uint64_t PagePin::bytes() const { return entry_ == nullptr ? 0 : entry_->slot.bytes; }
 uint64_t PagePin::checksum() const { return entry_ == nullptr ? 0 : entry_->checksum; }
+Slot PagePin::slot() const { return entry_ == nullptr ? Slot{} : entry_->slot; }
 
 const uint8_t* PagePin::data() const {
   if (entry_ == nullptr) return nullptr;

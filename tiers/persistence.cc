@@ -74,14 +74,15 @@ bool TierManager::Promote(PagePin& pin) {
   {
     absl::MutexLock lock(&shard.mu);
     // Only a page nobody else is reading may move (readers use its slot).
-    if (e->tier == 0 || e->detached() || e->pins != 1) return false;
+    if (e->tier <= m.promote_to || e->detached() || e->pins != 1) return false;
     from = e->tier;
   }
   const NamespaceId ns = e->ns;
   const Slot old = e->slot;  // stable: we hold the only pin
-  if (!m.ChargeQuota(ns, 0, old.bytes)) return false;
-  absl::StatusOr<Slot> dst = m.AllocateWithEviction(0, old.bytes);
-  Tier& top = *m.tiers[0]->tier;
+  const size_t to = m.promote_to;
+  if (!m.ChargeQuota(ns, to, old.bytes)) return false;
+  absl::StatusOr<Slot> dst = m.AllocateWithEviction(to, old.bytes);
+  Tier& top = *m.tiers[to]->tier;
   Tier& lower = *m.tiers[from]->tier;
   if (dst.ok()) {
     uint8_t* p = top.Address(*dst);
@@ -97,7 +98,7 @@ bool TierManager::Promote(PagePin& pin) {
     }
   }
   if (!dst.ok()) {
-    m.Uncharge(ns, 0, old.bytes);
+    m.Uncharge(ns, to, old.bytes);
     return false;
   }
   bool keep = false;
@@ -105,16 +106,16 @@ bool TierManager::Promote(PagePin& pin) {
     absl::MutexLock lock(&shard.mu);
     if (e->detached() || e->pins != 1 || e->tier != from) {
       top.Free(*dst);
-      m.Uncharge(ns, 0, old.bytes);
+      m.Uncharge(ns, to, old.bytes);
       return false;
     }
     // Our pin moves with the page.
     m.tiers[from]->pinned_pages.fetch_sub(1, std::memory_order_relaxed);
-    m.tiers[0]->pinned_pages.fetch_add(1, std::memory_order_relaxed);
+    m.tiers[to]->pinned_pages.fetch_add(1, std::memory_order_relaxed);
     m.tiers[from]->pages.fetch_sub(1, std::memory_order_relaxed);
-    m.tiers[0]->pages.fetch_add(1, std::memory_order_relaxed);
+    m.tiers[to]->pages.fetch_add(1, std::memory_order_relaxed);
     e->slot = *dst;
-    shard.MoveTierLocked(e, 0, m.NextStamp());
+    shard.MoveTierLocked(e, static_cast<uint8_t>(to), m.NextStamp());
     // Write-through keeps the durable copy: the page stays restartable and
     // its next demotion costs nothing.
     if (m.config.write_through && lower.persistent() && from == m.tiers.size() - 1) {
@@ -129,8 +130,8 @@ bool TierManager::Promote(PagePin& pin) {
     lower.Free(old);
     m.Uncharge(ns, from, old.bytes);
   }
-  m.tiers[0]->promotions.fetch_add(1, std::memory_order_relaxed);
-  m.KickEvictorIfHigh(0);
+  m.tiers[to]->promotions.fetch_add(1, std::memory_order_relaxed);
+  m.KickEvictorIfHigh(to);
   return true;
 }
 

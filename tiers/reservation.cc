@@ -245,6 +245,19 @@ absl::Status Reservation::Fill(const void* src) {
   return absl::OkStatus();
 }
 
+bool Reservation::NeedsHostBytes() const {
+  return mgr_ != nullptr && (mgr_->impl_->tiers[tier_index_]->tier->persistent() || has_backup_);
+}
+
+absl::Status Reservation::MarkFilled() {
+  if (mgr_ == nullptr) return absl::FailedPreconditionError("MarkFilled on an empty Reservation");
+  if (NeedsHostBytes())
+    return absl::FailedPreconditionError(
+        "MarkFilled: this page needs a checksum or a write-through copy; use Fill");
+  filled_ = true;
+  return absl::OkStatus();
+}
+
 Tier* Reservation::DurableTier(Slot* slot) const {
   const auto& tiers = mgr_->impl_->tiers;
   if (tiers[tier_index_]->tier->persistent()) {
@@ -285,16 +298,29 @@ size_t Reservation::CommitAll(std::vector<Reservation>& rs) {
   }
   const bool persisted = slots.empty() || durable->PersistBatch(slots, metas).ok();
   size_t stored = 0;
-  // Tail-first: a chain's ancestors end up more recent than its descendants.
-  for (size_t i = rs.size(); i-- > 0;) {
-    Reservation& r = rs[i];
+  // Parents first, so each child finds its parent in the index and counts
+  // itself there (leaf-first eviction needs the count)...
+  std::vector<std::pair<NamespaceId, PageKey>> published;
+  TierManager* mgr = nullptr;
+  for (Reservation& r : rs) {
     if (r.mgr_ == nullptr) continue;
     Slot unused;
     if (!persisted && r.DurableTier(&unused) != nullptr) {
       r.Release();
       continue;
     }
-    stored += r.Publish() ? 1 : 0;
+    TierManager* m = r.mgr_;
+    const std::pair<NamespaceId, PageKey> id{r.ns_, r.key_};
+    if (r.Publish()) {
+      ++stored;
+      mgr = m;
+      published.push_back(id);
+    }
+  }
+  // ...then recency tail-first: a chain's ancestors end up more recent than
+  // its descendants.
+  for (size_t i = published.size(); i-- > 0;) {
+    mgr->impl_->TouchKey(published[i].first, published[i].second);
   }
   return stored;
 }

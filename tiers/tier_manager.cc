@@ -61,6 +61,12 @@ TierManager::Impl::Impl(const TierManagerConfig& c, std::vector<std::unique_ptr<
     s->tier = std::move(tier);
     tiers.push_back(std::move(s));
   }
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    if (tiers[i]->tier->Region().first != nullptr) {
+      promote_to = i;
+      break;
+    }
+  }
 }
 
 TierManager::Impl::~Impl() {

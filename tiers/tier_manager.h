@@ -79,6 +79,9 @@ class PagePin {
   const uint8_t* data() const; // nullptr when the tier is not addressable
   // Copies the page into dst (any tier). Counts tier bytes_read.
   absl::Status CopyTo(void* dst) const;
+  // The page's slot in its tier (for tiers that are not host-addressable,
+  // e.g. the HBM tier's device pointer). Stable while pinned.
+  Slot slot() const;
   void Reset();
 
  private:
@@ -102,6 +105,14 @@ class Reservation {
   uint64_t bytes() const { return bytes_; }
   // Writable bytes of the slot, or nullptr for a non-addressable tier.
   uint8_t* data();
+  const Slot& slot() const { return slot_; }
+  // Whether Fill must see the bytes on the host: the page lands on a
+  // persistent tier or keeps a write-through copy (both need its checksum).
+  bool NeedsHostBytes() const;
+  // For a caller that copied the page into the slot itself (a device DMA
+  // into an HBM slot, or into data()): marks it filled.
+  // FailedPrecondition when NeedsHostBytes(); use Fill then.
+  absl::Status MarkFilled();
   // Copies `bytes()` bytes from src into the slot (one copy; for a
   // persistent tier also the xxh3-64 checksum). Counts tier bytes_written.
   absl::Status Fill(const void* src);
@@ -139,6 +150,22 @@ enum class PutOutcome { kReserved, kDeduplicated };
 struct ReserveResult {
   PutOutcome outcome = PutOutcome::kReserved;
   Reservation reservation;  // valid iff outcome == kReserved
+};
+
+// What PromoteTo did with a page (prefetch counts these).
+enum class PromoteOutcome {
+  kPromoted,      // now in the target tier
+  kAlreadyThere,  // was at or above the target tier
+  kMissing,       // not in the index (or deleted meanwhile)
+  kBusy,          // someone else holds a pin (a GET is reading it)
+  kNoRoom,        // the target tier could not make room (pinned, quota)
+  kFailed,        // read error or checksum mismatch (a corrupt page is dropped)
+};
+std::string_view PromoteOutcomeName(PromoteOutcome o);
+
+struct PromoteResult {
+  PromoteOutcome outcome = PromoteOutcome::kMissing;
+  PagePin pin;  // valid for kPromoted and kAlreadyThere
 };
 
 struct LookupResult {
@@ -232,6 +259,43 @@ class TierManager {
   // false when promotion is off, someone else holds the page, the top tier
   // has no room, or the bytes failed their checksum (the page is dropped).
   bool Promote(PagePin& pin);
+
+  // --- Operator actions (tiers/admin.cc); they may do disk I/O. ---
+  // Evicts up to `max_pages` unpinned pages of namespace `ns`, least recently
+  // used first. `tier` set: pages leave that tier, demoted one tier down when
+  // there is one (one sync per page into a persistent tier; refused by the
+  // admission filter: dropped), else dropped. nullopt: pages are dropped from
+  // the store, lowest tier first, leaf-first along chains. Returns pages
+  // evicted; InvalidArgument when the store has no such tier.
+  absl::StatusOr<uint64_t> EvictNamespace(NamespaceId ns, std::optional<TierKind> tier,
+                                          uint64_t max_pages);
+  // Demotes every unpinned page of the volatile tiers, top first, until the
+  // last tier (persistent) holds them: durable, so a restart finds them.
+  // Returns pages that left the volatile tiers for the persistent one (or
+  // were dropped by its admission filter); FailedPrecondition when the last
+  // tier is not persistent.
+  absl::StatusOr<uint64_t> FlushToPersistent();
+  // Pages of `ns` in the store (0 for an unknown namespace).
+  uint64_t NamespacePages(NamespaceId ns) const;
+
+  // --- Promotion entry points for prefetch/ (promotion.cc) ---
+  // Index of the highest tier of `kind`, or -1 when there is none.
+  int TierIndex(TierKind kind) const;
+  // Index of the tier holding (ns, key) now, or -1 when absent. Touches no
+  // recency and counts nothing (a probe, not a read).
+  int Locate(NamespaceId ns, const PageKey& key) const;
+  // Pins a page to promote it: like PinForRead, but counts no GET hit or
+  // miss and does not mark the page reused (a prefetch is not a read).
+  std::optional<PagePin> PinForPromotion(NamespaceId ns, const PageKey& key);
+  // Moves a pinned page up to tier `to` (regardless of promote_on_get):
+  // reads it into a new slot there, checks its checksum when it comes from a
+  // persistent tier, then switches the entry over. The pin must be the
+  // page's only one (readers use its slot). Pages at or above `to` are left.
+  PromoteOutcome PromoteTo(PagePin& pin, size_t to);
+  // Pins and promotes each key to tier `to`; the pins of the pages that end
+  // at or above `to` come back (for the caller to hold as leases).
+  std::vector<PromoteResult> PromoteBatch(NamespaceId ns, absl::Span<const PageKey> keys,
+                                          size_t to);
 
   // Largest page any tier can hold (HELLO rejects layouts above it).
   uint64_t MaxPageBytes() const;

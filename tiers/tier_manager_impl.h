@@ -104,6 +104,9 @@ struct TierManager::Impl {
 
   const TierManagerConfig config;
   std::vector<std::unique_ptr<TierState>> tiers;
+  // Where promote_on_get moves pages: the highest host-addressable tier (the
+  // host tier, also when an HBM tier sits above it), else the top tier.
+  size_t promote_to = 0;
   PageIndex index;
   Counter clock{1};
 

@@ -20,7 +20,10 @@ struct Request {
   double timestamp_ms = 0;     // arrival, relative to the trace's first request
   uint32_t input_tokens = 0;
   uint32_t output_tokens = 0;
-  std::vector<uint64_t> block_ids;  // full input blocks only
+  // One id per input block, ceil(input_tokens / block_tokens) of them: the
+  // trailing partial block has its own id (Mooncake's hash_ids do the same,
+  // and the trace statistics count it), so every format follows that rule.
+  std::vector<uint64_t> block_ids;
   uint64_t line = 0;           // 1-based line of the source file (0: generated)
 };
 
@@ -75,6 +78,9 @@ struct SyntheticOptions {
   double document_probability = 0.3;  // a request reads a shared document
   double requests_per_second = 10;    // arrival rate (Poisson)
   std::string Describe() const;
+  // Fields non-zero where they must be, probabilities in [0, 1], a document
+  // shorter than max_context_tokens.
+  absl::Status Validate() const;
 };
 Trace GenerateSynthetic(const SyntheticOptions& opts);
 

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,8 @@
 
 namespace kvtier::wire {
 class StatsReply;
+class PingReply;
+class TenantsReply;
 }
 
 namespace kvtier {
@@ -42,6 +45,7 @@ struct ClientOptions {
 struct LookupResult {
   uint32_t hits = 0;             // leading keys present
   std::vector<TierKind> tiers;   // tier of each hit
+  uint32_t prefetching = 0;      // NVMe hits the daemon started promoting (lookahead)
 };
 
 struct PutResult {
@@ -51,6 +55,39 @@ struct PutResult {
 };
 
 using BufferId = uint32_t;
+
+// What a GET does with pages that are not in RAM (docs/PROTOCOL.md, "Prefetch").
+enum class GetPolicy : uint8_t {
+  kWaitComplete = 0,  // read every present page, from any tier (default)
+  kBestEffort = 1,    // only pages in RAM now; the rest come back kNone (and get promoted)
+  kTimeout = 2,       // wait up to `timeout` for their promotion, then best effort
+};
+struct GetOptions {
+  GetPolicy policy = GetPolicy::kWaitComplete;
+  std::chrono::milliseconds timeout{0};  // kTimeout only
+};
+
+// A PREFETCH hint: promote these pages to `target` soon.
+struct PrefetchOptions {
+  TierKind target = TierKind::kHost;      // the daemon prefetches into host
+  int32_t priority = 0;                   // larger first
+  std::chrono::milliseconds deadline{0};  // not started by then: dropped; 0 = none
+  std::chrono::milliseconds lease{0};     // pinned this long awaiting the GET; 0 = daemon default
+};
+struct PrefetchResult {
+  uint32_t queued = 0;    // promotions started
+  uint32_t merged = 0;    // already queued, running or promoted and waiting
+  uint32_t resident = 0;  // already in the target tier (or above)
+  uint32_t missing = 0;   // not in the store
+  uint32_t rejected = 0;  // the daemon's prefetch queue is full
+};
+
+// Layer-wise GET: called with layer l once layer l of every page the GET
+// will report as a hit is in the buffer (layers arrive in order 0, 1, ...).
+using LayerCallback = std::function<void(uint32_t layer)>;
+
+// What a device buffer registration maps (values match kvtier.wire.BufferKind).
+enum class DeviceBufferKind : uint8_t { kCudaIpc = 1, kEmulated = 2 };
 
 class Client {
  public:
@@ -68,6 +105,12 @@ class Client {
   // Asks the daemon to map the shm object `shm_name` ("/name") of `size`
   // bytes, which the caller created (see ShmBuffer). The caller keeps it alive.
   absl::StatusOr<BufferId> RegisterBuffer(const std::string& shm_name, uint64_t size);
+  // Asks the daemon to map GPU memory of `size` bytes: `handle` is a
+  // cudaIpcMemHandle_t's bytes (kCudaIpc) or the emulated device's shm name
+  // (kEmulated). GpuArena::Register calls this; few callers need it directly.
+  // The caller keeps the memory allocated while it is registered.
+  absl::StatusOr<BufferId> RegisterDeviceBuffer(DeviceBufferKind kind, const std::string& handle,
+                                                int device_ordinal, uint64_t size);
   absl::Status UnregisterBuffer(BufferId id);
 
   // How many leading keys of the chain are cached, and where.
@@ -77,6 +120,26 @@ class Client {
   // each key's tier, kNone for a miss (its bytes in the buffer are untouched).
   absl::StatusOr<std::vector<TierKind>> Get(absl::Span<const PageKey> keys, BufferId buffer,
                                             absl::Span<const uint64_t> offsets);
+  // The same with a policy for pages not in RAM (best effort, timeout).
+  absl::StatusOr<std::vector<TierKind>> Get(absl::Span<const PageKey> keys, BufferId buffer,
+                                            absl::Span<const uint64_t> offsets,
+                                            const GetOptions& options);
+  // Layer-wise GET into a shm buffer: the daemon copies layer 0 of every
+  // page, then layer 1, ...; `on_layer(l)` runs on this thread as each layer
+  // lands, while later layers are still being copied. `mapping` is the
+  // caller's mapping of the registered buffer ({ShmBuffer::data(), size()})
+  // and `progress_offset` 8 bytes in it, 8-aligned and outside every page,
+  // that the daemon uses as the layer counter. Returns each key's tier.
+  absl::StatusOr<std::vector<TierKind>> GetLayers(absl::Span<const PageKey> keys, BufferId buffer,
+                                                  absl::Span<const uint64_t> offsets,
+                                                  absl::Span<uint8_t> mapping,
+                                                  uint64_t progress_offset,
+                                                  const LayerCallback& on_layer,
+                                                  const GetOptions& options = {});
+  // Asks the daemon to promote `keys` (e.g. chains of requests waiting in a
+  // queue) before they are read; returns at once.
+  absl::StatusOr<PrefetchResult> Prefetch(absl::Span<const PageKey> keys,
+                                          const PrefetchOptions& options = {});
   // Copies pages from the buffer into the store. keys[0]'s parent is
   // `parent` (zero for a prompt's first page); keys[i]'s parent is keys[i-1].
   absl::StatusOr<PutResult> Put(absl::Span<const PageKey> keys, const PageKey& parent,
@@ -90,6 +153,26 @@ class Client {
 
   absl::StatusOr<uint32_t> Delete(absl::Span<const PageKey> keys);
   absl::StatusOr<wire::StatsReply> Stats();
+
+  // Operator requests (docs/PROTOCOL.md, "Operator requests").
+  absl::StatusOr<wire::PingReply> Ping();
+  // Admin sessions only (PermissionDenied otherwise).
+  absl::StatusOr<wire::TenantsReply> Tenants();
+  struct EvictResult {
+    uint64_t evicted = 0;
+    uint64_t remaining = 0;  // the namespace's pages in the store afterwards
+  };
+  // Evicts up to `pages` (0: all) LRU pages of `namespace_name` (empty: the
+  // session's own; another namespace needs an admin session). tier kNone:
+  // dropped from the store; else moved out of that tier.
+  absl::StatusOr<EvictResult> Evict(const std::string& namespace_name, TierKind tier,
+                                    uint64_t pages);
+  struct FlushResult {
+    uint64_t flushed = 0;
+    uint64_t not_flushed = 0;
+  };
+  // Admin only: demotes every RAM page to the persistent tier.
+  absl::StatusOr<FlushResult> Flush();
 
  private:
   struct Impl;

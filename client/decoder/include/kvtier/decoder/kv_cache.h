@@ -1,0 +1,90 @@
+// PagedKvCache: the decoder's KV cache. One arena of pages in POSIX shared
+// memory (so kvtierd can GET/PUT pages in place once it is registered), laid
+// out exactly as kvtier::Layout describes a daemon page. Each sequence owns a
+// block table of page indices; pages come from a free list.
+//
+// Thread-safety: not thread-safe; one decoder thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "kvtier/kernels/paged_kv.h"
+#include "kvtier/layout.h"
+#include "kvtier/shm_buffer.h"
+
+namespace kvtier::decoder {
+
+using SeqId = uint32_t;
+inline constexpr int32_t kNoPage = -1;  // a block-table entry freed by the sliding window
+
+struct KvCacheOptions {
+  Layout layout;
+  uint32_t num_pages = 0;
+  // 0: full attention. Else each query sees its last `sliding_window`
+  // positions, and pages wholly behind that window are freed.
+  uint32_t sliding_window = 0;
+
+  absl::Status Validate() const;
+};
+
+class PagedKvCache {
+ public:
+  static absl::StatusOr<std::unique_ptr<PagedKvCache>> Create(const KvCacheOptions& options);
+
+  const Layout& layout() const { return options_.layout; }
+  uint32_t tokens_per_page() const { return options_.layout.tokens_per_page; }
+  uint32_t sliding_window() const { return options_.sliding_window; }
+  uint32_t num_pages() const { return options_.num_pages; }
+  uint32_t free_pages() const { return uint32_t(free_.size()); }
+  ShmBuffer& arena() { return *arena_; }
+  uint64_t PageOffset(int32_t page) const { return uint64_t(page) * options_.layout.PageBytes(); }
+  // The kernels' view of the arena (layer 0 selected).
+  kernels::PagedKv View() const { return view_; }
+
+  SeqId AddSequence();
+  bool HasSequence(SeqId seq) const { return seqs_.contains(seq); }
+  // Frees the sequence's pages. NotFound for an unknown id.
+  absl::Status RemoveSequence(SeqId seq);
+  // Drops every sequence and frees every page (between sessions).
+  void Reset();
+
+  // Tokens whose K/V are in the cache.
+  uint32_t Length(SeqId seq) const;
+  // The sequence's pages in order: token t is in block t / tokens_per_page.
+  const std::vector<int32_t>& BlockTable(SeqId seq) const;
+
+  // Makes sure pages exist for `n` more tokens after Length(seq).
+  // ResourceExhausted (and nothing allocated) when the arena has too few.
+  absl::Status Reserve(SeqId seq, uint32_t n);
+  // Records `n` more tokens as written (after Reserve and the kernels'
+  // scatter), then frees pages wholly behind the sliding window.
+  absl::Status Commit(SeqId seq, uint32_t n);
+  // Rolls the sequence back to `length` tokens (e.g. a rejected speculative
+  // draft) and frees pages past it. FailedPrecondition when the sliding window
+  // already freed a page the shorter sequence would need again.
+  absl::Status Truncate(SeqId seq, uint32_t length);
+
+ private:
+  struct Sequence {
+    uint32_t length = 0;
+    std::vector<int32_t> blocks;
+  };
+  explicit PagedKvCache(const KvCacheOptions& options) : options_(options) {}
+  // First position a query at `length` still sees.
+  uint32_t WindowStart(uint32_t length) const;
+  void FreeBehindWindow(Sequence& s);
+  absl::StatusOr<Sequence*> Find(SeqId seq);
+
+  KvCacheOptions options_;
+  std::unique_ptr<ShmBuffer> arena_;
+  kernels::PagedKv view_;
+  std::vector<int32_t> free_;  // a stack: recently freed pages are reused first
+  absl::flat_hash_map<SeqId, Sequence> seqs_;
+  SeqId next_id_ = 1;
+};
+
+}  // namespace kvtier::decoder

@@ -1,0 +1,56 @@
+// DecoderSession: everything a generating process holds, built from one set
+// of options: weights (a checkpoint directory or random weights of a named
+// size), the paged KV cache sized for the job, the model, and — when a daemon
+// answers — the PrefixStore. Shared by kvtier-generate, the benchmark and the
+// tests so they all run the same wiring.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kvtier/client.h"
+#include "kvtier/decoder/generator.h"
+#include "kvtier/decoder/kv_cache.h"
+#include "kvtier/decoder/model.h"
+#include "kvtier/decoder/prefix_store.h"
+#include "kvtier/decoder/weights.h"
+
+namespace kvtier::decoder {
+
+struct SessionOptions {
+  std::string checkpoint_dir;   // non-empty: load it
+  std::string size = "tiny";    // else random weights of this named size
+  uint64_t weight_seed = 1;
+  uint32_t tokens_per_page = 256;
+  Dtype kv_dtype = Dtype::kFp16;
+  uint32_t kv_pages = 64;       // arena size in pages
+  uint32_t sliding_window = 0;
+  bool use_daemon = true;
+  ClientOptions client;         // endpoint/tenant/token; the layout is filled in
+};
+
+class DecoderSession {
+ public:
+  // Fails on bad weights or cache options. A daemon that does not answer is
+  // not an error: store() is then null and daemon_note() says why.
+  static absl::StatusOr<std::unique_ptr<DecoderSession>> Create(const SessionOptions& options);
+
+  ModelWeights& weights() { return *weights_; }
+  PagedKvCache& cache() { return *cache_; }
+  Model& model() { return *model_; }
+  PrefixStore* store() { return store_.get(); }
+  const std::string& daemon_note() const { return daemon_note_; }
+  Generator generator() { return Generator(model_.get(), store_.get()); }
+
+ private:
+  DecoderSession() = default;
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<PrefixStore> store_;
+  std::string daemon_note_;
+};
+
+}  // namespace kvtier::decoder

@@ -1,0 +1,119 @@
+// Prefix reuse through kvtierd: LOOKUP + GET into the arena before prefill,
+// PUT of completed pages after it and during decode.
+#include "kvtier/decoder/prefix_store.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kvtier/status_macros.h"
+
+namespace kvtier::decoder {
+namespace {
+
+void HashFloats(XXH3_state_t* st, const std::vector<float>& v) {
+  XXH3_128bits_update(st, v.data(), v.size() * sizeof(float));
+}
+
+}  // namespace
+
+PageKey ModelFingerprint(const ModelWeights& w) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  const std::string config = w.config.ToJson();
+  XXH3_128bits_update(st, config.data(), config.size());
+  HashFloats(st, w.embed);
+  for (const LayerWeights& l : w.layers) {
+    for (const auto* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
+                          &l.gate_proj, &l.up_proj, &l.down_proj})
+      HashFloats(st, *t);
+  }
+  HashFloats(st, w.final_norm);
+  HashFloats(st, w.lm_head);
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, h);
+  return PageKey::FromBytes(canon.digest);
+}
+
+absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Connect(ClientOptions options,
+                                                                  PagedKvCache* cache,
+                                                                  const PageKey& root) {
+  options.layout = cache->layout();
+  if (options.client_name.empty()) options.client_name = "kvtier-decoder";
+  ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
+  std::unique_ptr<PrefixStore> s(new PrefixStore(std::move(client), cache, root));
+  ASSIGN_OR_RETURN(s->buffer_, s->client_->RegisterBuffer(cache->arena().name(), cache->arena().size()));
+  return s;
+}
+
+PrefixStore::~PrefixStore() {
+  if (client_) (void)client_->UnregisterBuffer(buffer_);
+}
+
+absl::StatusOr<RestoreResult> PrefixStore::Restore(SeqId seq, absl::Span<const uint32_t> prompt) {
+  RestoreResult r;
+  if (cache_.Length(seq) != 0)
+    return absl::FailedPreconditionError(absl::StrCat("restore: sequence ", seq, " is not empty"));
+  const uint32_t tpp = cache_.tokens_per_page();
+  r.pages_looked_up = uint32_t(prompt.size() / tpp);
+  if (r.pages_looked_up == 0) return r;
+  std::vector<PageKey> keys =
+      DeriveChain(cache_.layout().Id(), tpp, prompt.first(size_t(r.pages_looked_up) * tpp), root_);
+  ASSIGN_OR_RETURN(LookupResult hit, client_->Lookup(keys));
+  if (hit.hits == 0) return r;
+  keys.resize(hit.hits);
+  RETURN_IF_ERROR(cache_.Reserve(seq, hit.hits * tpp));
+  const std::vector<int32_t>& table = cache_.BlockTable(seq);
+  std::vector<uint64_t> offsets(hit.hits);
+  for (uint32_t i = 0; i < hit.hits; ++i) offsets[i] = cache_.PageOffset(table[i]);
+  auto tiers = client_->Get(keys, buffer_, offsets);
+  if (!tiers.ok()) {
+    (void)cache_.Truncate(seq, 0);
+    return tiers.status();
+  }
+  // A page evicted between LOOKUP and GET ends the usable prefix there.
+  uint32_t got = 0;
+  while (got < tiers->size() && (*tiers)[got] != TierKind::kNone) ++got;
+  r.tiers.assign(tiers->begin(), tiers->begin() + got);
+  // Generation needs the logits of the prompt's last token, so when every
+  // prompt token was restored the last one is computed again (its K/V slot
+  // is rewritten in place; the page is already stored).
+  r.tokens = std::min<uint32_t>(got * tpp, uint32_t(prompt.size()) - 1);
+  RETURN_IF_ERROR(cache_.Commit(seq, got * tpp));
+  RETURN_IF_ERROR(cache_.Truncate(seq, r.tokens));  // release pages of a cut-short GET
+  // The restored pages are stored already; Publish starts after them.
+  published_[seq].keys = std::move(keys);
+  published_[seq].keys.resize(got);
+  return r;
+}
+
+absl::StatusOr<PutResult> PrefixStore::Publish(SeqId seq, absl::Span<const uint32_t> tokens) {
+  PutResult total;
+  const uint32_t tpp = cache_.tokens_per_page();
+  const uint32_t length = cache_.Length(seq);
+  if (tokens.size() < length)
+    return absl::InvalidArgumentError(absl::StrCat("publish: ", tokens.size(), " tokens for a sequence of ", length));
+  const uint32_t full = length / tpp;
+  Published& pub = published_[seq];
+  if (full == 0) return total;
+  std::vector<PageKey> keys = DeriveChain(cache_.layout().Id(), tpp, tokens.first(size_t(full) * tpp), root_);
+  // Stored pages whose key changed (rolled back and regenerated) are redone.
+  size_t done = 0;
+  while (done < pub.keys.size() && done < keys.size() && pub.keys[done] == keys[done]) ++done;
+  const std::vector<int32_t>& table = cache_.BlockTable(seq);
+  while (done < full && table[done] == kNoPage) ++done;  // freed by the sliding window
+  if (done >= full) return total;
+  std::vector<uint64_t> offsets;
+  for (size_t i = done; i < full; ++i) offsets.push_back(cache_.PageOffset(table[i]));
+  const PageKey parent = done == 0 ? root_ : keys[done - 1];
+  ASSIGN_OR_RETURN(total, client_->Put(absl::MakeConstSpan(keys).subspan(done), parent, buffer_, offsets));
+  keys.resize(done + total.stored + total.deduplicated);
+  pub.keys = std::move(keys);
+  return total;
+}
+
+}  // namespace kvtier::decoder

@@ -1,0 +1,288 @@
+// Prefetch in the daemon: the prefetcher's setup, the PREFETCH request, LOOKUP
+// lookahead's counters in STATS, and GETs that depend on prefetch — the
+// best_effort and timeout policies, waiting for in-flight promotions, and
+// layer-wise delivery with a per-layer progress counter in the client's
+// buffer (docs/PROTOCOL.md, "Prefetch").
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/daemon.h"
+#include "kvtier/status_macros.h"
+
+namespace kvtier::daemon {
+
+// A GET that depends on prefetch, from request to reply (declared in daemon.h).
+struct PolicyGet {
+  uint64_t request_id = 0;
+  std::string routing_id;
+  std::shared_ptr<ClientBuffer> buffer;
+  tiers::NamespaceId ns = 0;
+  std::vector<PageKey> keys;
+  std::vector<uint64_t> offsets;
+  uint64_t page_bytes = 0, layer_bytes = 0;
+  uint32_t layers = 0;
+  wire::GetPolicy policy = wire::GET_WAIT_COMPLETE;
+  bool layerwise = false;
+  uint64_t progress_offset = 0;
+  uint32_t prefetch_waits = 0;
+  // Filled when the copy starts.
+  std::vector<tiers::PagePin> pins;
+  std::string tiers;
+  std::vector<std::vector<uint8_t>> bounce;  // pages read from a lower tier without promotion
+  std::atomic<bool> fault{false};
+  std::mutex mu;
+  absl::Status error;
+  void Fail(absl::Status st) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.ok()) error = std::move(st);
+  }
+};
+
+namespace {
+
+// Longest a wait_complete GET waits for promotions already running (they
+// are demand jobs then, first in line; this only guards against a wedge).
+constexpr absl::Duration kMaxDemandWait = absl::Seconds(30);
+
+absl::Status CheckGetRanges(const PolicyGet& job) {
+  const ClientBuffer& b = *job.buffer;
+  for (size_t i = 0; i < job.offsets.size(); ++i) {
+    absl::Status st = b.CheckRange(job.offsets[i], job.page_bytes);
+    if (!st.ok())
+      return absl::OutOfRangeError(absl::StrCat("GET: page ", i, " at offset ", job.offsets[i],
+                                                ": ", st.message()));
+  }
+  if (!job.layerwise) return absl::OkStatus();
+  const uint64_t p = job.progress_offset;
+  if (!b.CheckRange(p, 8).ok())
+    return absl::OutOfRangeError(absl::StrCat("GET: layer_progress_offset ", p,
+                                              " + 8 lies outside the ", b.size(), "-byte buffer"));
+  for (size_t i = 0; i < job.offsets.size(); ++i)
+    if (p < job.offsets[i] + job.page_bytes && job.offsets[i] < p + 8)
+      return absl::InvalidArgumentError(absl::StrCat("GET: layer_progress_offset ", p,
+                                                     " overlaps page ", i, " at offset ",
+                                                     job.offsets[i]));
+  return absl::OkStatus();
+}
+
+// Source bytes of page i once it is readable from RAM: the pinned slot, or a
+// verified bounce copy when promotion was not possible. nullptr: a miss.
+const uint8_t* Source(PolicyGet& job, size_t i, tiers::TierManager& store,
+                      prefetch::Prefetcher& pf) {
+  tiers::PagePin& pin = job.pins[i];
+  if (!pin.valid()) return nullptr;
+  if (pin.data() != nullptr) return pin.data();
+  prefetch::Prefetcher::DemandScope demand = pf.DemandIo();
+  store.PromoteTo(pin, pf.target_index());
+  if (pin.data() != nullptr) return pin.data();
+  job.bounce[i].resize(job.page_bytes);
+  absl::Status st = pin.CopyTo(job.bounce[i].data());  // read + checksum check
+  if (st.ok()) return job.bounce[i].data();
+  if (!absl::IsDataLoss(st)) job.Fail(st);
+  job.tiers[i] = 0;  // corrupt on disk: a miss, never wrong bytes
+  pin.Reset();
+  return nullptr;
+}
+
+// Layer-major copy: layer l of every page, then the progress counter = l+1.
+// Pages come up whole first: their checksum covers the whole page, so no
+// layer of an unverified page is ever exposed.
+void CopyLayers(PolicyGet& job, tiers::TierManager& store, prefetch::Prefetcher& pf) {
+  std::vector<const uint8_t*> src(job.keys.size());
+  for (size_t i = 0; i < job.keys.size(); ++i) src[i] = Source(job, i, store, pf);
+  uint8_t* base = job.buffer->data();
+  std::atomic_ref<uint64_t> progress(*reinterpret_cast<uint64_t*>(base + job.progress_offset));
+  bool ok = GuardedRun([&] {
+    progress.store(0, std::memory_order_release);
+    for (uint32_t l = 0; l < job.layers; ++l) {
+      const uint64_t at = uint64_t{l} * job.layer_bytes;
+      for (size_t i = 0; i < job.keys.size(); ++i)
+        if (src[i] != nullptr) std::memcpy(base + job.offsets[i] + at, src[i] + at, job.layer_bytes);
+      progress.store(l + 1, std::memory_order_release);
+    }
+  });
+  if (!ok) job.fault = true;
+}
+
+void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
+               prefetch::Prefetcher& pf) {
+  for (size_t i = begin; i < end; ++i) {
+    const uint8_t* src = Source(job, i, store, pf);
+    if (src == nullptr) continue;
+    uint8_t* dst = job.buffer->data() + job.offsets[i];
+    if (!GuardedRun([&] { std::memcpy(dst, src, job.page_bytes); })) job.fault = true;
+  }
+}
+
+}  // namespace
+
+absl::Status Daemon::InitPrefetch() {
+  ASSIGN_OR_RETURN(prefetcher_, prefetch::Prefetcher::Create(config_.prefetch, store_.get()));
+  return absl::OkStatus();
+}
+
+void Daemon::StopPrefetch() {
+  if (prefetcher_) prefetcher_->Shutdown();  // GETs still waiting start their copies now
+}
+
+absl::StatusOr<Daemon::Reply> Daemon::HandlePrefetch(Session& s, const DecodedRequest& d) {
+  if (!s.layout)
+    return absl::FailedPreconditionError("PREFETCH: the session declared no layout at HELLO");
+  const wire::Prefetch& p = d.request.prefetch();
+  const tiers::TierKind want =
+      p.target() == wire::TIER_NONE ? tiers::TierKind::kHost : static_cast<tiers::TierKind>(p.target());
+  if (want != config_.prefetch.target)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PREFETCH: target tier '", std::string(tiers::TierName(want)), "' is not supported; this ",
+        "daemon prefetches into '", std::string(tiers::TierName(config_.prefetch.target)), "'"));
+  prefetch::Hint hint{.cls = prefetch::JobClass::kHint,
+                      .priority = p.priority(),
+                      .lease = absl::Milliseconds(p.lease_ms()),
+                      .page_bytes = s.page_bytes};
+  if (p.deadline_ms() > 0) hint.deadline = absl::Now() + absl::Milliseconds(p.deadline_ms());
+  prefetch::ScheduleResult r = prefetcher_->Schedule(s.ns, d.keys, hint);
+  Reply reply;
+  auto* pr = reply.response.mutable_prefetch();
+  pr->set_queued(r.queued);
+  pr->set_merged(r.merged);
+  pr->set_resident(r.resident);
+  pr->set_missing(r.missing);
+  pr->set_rejected(r.rejected);
+  return reply;
+}
+
+uint32_t Daemon::StartLookahead(const Session& s, const DecodedRequest& d,
+                                const tiers::LookupResult& found) {
+  if (!prefetcher_ || found.hits == 0 || s.page_bytes == 0) return 0;
+  return prefetcher_->OnLookup(s.ns, d.keys, found.tiers, s.page_bytes).queued;
+}
+
+bool Daemon::UsesPrefetchPath(const Session& s, const DecodedRequest& d) const {
+  const wire::Get& g = d.request.get();
+  if (g.policy() != wire::GET_WAIT_COMPLETE || g.layerwise()) return true;
+  // A plain GET joins promotions in flight instead of racing them (shm
+  // buffers; a device buffer takes the GPU path as it is).
+  auto b = s.buffers.find(g.buffer_id());
+  if (b == s.buffers.end() || b->second->on_device()) return false;
+  return prefetcher_ != nullptr && prefetcher_->AnyPending(s.ns, d.keys);
+}
+
+absl::Status Daemon::SubmitPolicyGet(Session& s, const DecodedRequest& d,
+                                     const std::string& routing_id) {
+  if (!s.layout) return absl::FailedPreconditionError("GET: the session declared no layout");
+  const wire::Get& g = d.request.get();
+  auto job = std::make_shared<PolicyGet>();
+  ASSIGN_OR_RETURN(job->buffer, FindBuffer(s, g.buffer_id(), "GET"));
+  if (job->buffer->on_device())
+    return absl::FailedPreconditionError(
+        "GET: policies other than wait_complete and layer-wise delivery need a shm buffer "
+        "(GPU buffers are not supported there yet)");
+  job->request_id = d.request.request_id();
+  job->routing_id = routing_id;
+  job->ns = s.ns;
+  job->keys = d.keys;
+  job->offsets.assign(g.offsets().begin(), g.offsets().end());
+  job->page_bytes = s.page_bytes;
+  job->layer_bytes = s.layout->LayerBytes();
+  job->layers = s.layout->layers;
+  job->policy = g.policy();
+  job->layerwise = g.layerwise();
+  job->progress_offset = g.layer_progress_offset();
+  RETURN_IF_ERROR(CheckGetRanges(*job));
+  job->prefetch_waits = static_cast<uint32_t>(prefetcher_->CountPending(s.ns, d.keys));
+  auto start = [this, job] { StartPolicyGet(job); };
+  switch (job->policy) {
+    case wire::GET_BEST_EFFORT: start(); break;
+    case wire::GET_TIMEOUT:
+      prefetcher_->WhenReady(s.ns, d.keys, /*schedule_below_target=*/true, s.page_bytes,
+                             absl::Now() + absl::Milliseconds(g.timeout_ms()), start);
+      break;
+    default:
+      prefetcher_->WhenReady(s.ns, d.keys, false, s.page_bytes, absl::Now() + kMaxDemandWait,
+                             start);
+  }
+  return absl::OkStatus();
+}
+
+// Runs on the frontend or a prefetcher thread: touches only the job, the
+// store, the prefetcher and the engine (all thread-safe), never the session.
+void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
+  const size_t n = job->keys.size();
+  job->pins.resize(n);
+  job->bounce.resize(n);
+  job->tiers.assign(n, '\0');
+  std::vector<PageKey> below;  // not in RAM under best_effort / timeout
+  const int target = prefetcher_->target_index();
+  for (size_t i = 0; i < n; ++i) {
+    const int where = store_->Locate(job->ns, job->keys[i]);
+    if (job->policy != wire::GET_WAIT_COMPLETE && where > target) {
+      below.push_back(job->keys[i]);
+      continue;
+    }
+    std::optional<tiers::PagePin> pin = store_->PinForRead(job->ns, job->keys[i]);
+    if (!pin || pin->bytes() != job->page_bytes) continue;
+    prefetcher_->OnDemandRead(job->ns, job->keys[i]);  // its lease is no longer needed
+    job->tiers[i] = static_cast<char>(pin->tier());
+    job->pins[i] = *std::move(pin);
+  }
+  // The pages reported missing now come up for a retry.
+  if (!below.empty())
+    prefetcher_->Schedule(job->ns, below, prefetch::Hint{.page_bytes = job->page_bytes});
+  std::vector<CopyEngine::Part> parts;
+  tiers::TierManager* store = store_.get();
+  prefetch::Prefetcher* pf = prefetcher_.get();
+  if (job->layerwise) {
+    parts.push_back([job, store, pf] { CopyLayers(*job, *store, *pf); });
+  } else {
+    for (auto [b, e] : SplitRanges(n, job->page_bytes, engine_->threads()))
+      parts.push_back([job, store, pf, b = b, e = e] { CopyPages(*job, b, e, *store, *pf); });
+  }
+  engine_->Submit(std::move(parts), [job] {
+    Reply reply;
+    if (job->fault) {
+      reply.response = ErrorResponse(
+          job->request_id, absl::FailedPreconditionError(absl::StrCat(
+                               "GET: buffer '", job->buffer->name(),
+                               "' could not be accessed during the copy (truncated?)")));
+    } else if (!job->error.ok()) {
+      reply.response = ErrorResponse(job->request_id, job->error);
+    } else {
+      reply.response.set_version(kProtocolVersion);
+      reply.response.set_request_id(job->request_id);
+      auto* gr = reply.response.mutable_get();
+      gr->set_tiers(job->tiers);
+      if (job->layerwise) gr->set_layers(job->layers);
+      gr->set_prefetch_waits(job->prefetch_waits);
+    }
+    job->pins.clear();
+    return ReplyFrames(job->routing_id, std::move(reply));
+  });
+}
+
+void Daemon::FillPrefetchStats(wire::StatsReply* out) const {
+  if (!prefetcher_) return;
+  const prefetch::PrefetchCounters c = prefetcher_->counters();
+  wire::PrefetchStats* p = out->mutable_prefetch();
+  p->set_issued(c.issued);
+  p->set_completed_in_time(c.completed_in_time);
+  p->set_late(c.late);
+  p->set_wasted(c.wasted);
+  p->set_dropped(c.dropped);
+  p->set_demand_waited(c.demand_waited);
+  p->set_merged(c.merged);
+  p->set_rejected(c.rejected);
+  p->set_failed(c.failed);
+  p->set_lease_expired(c.lease_expired);
+  p->set_demand_jobs(c.demand_jobs);
+  p->set_promoted_pages(c.promoted_pages);
+  p->set_promoted_bytes(c.promoted_bytes);
+  p->set_queued(c.queued);
+  p->set_inflight(c.inflight);
+  p->set_leased_pages(c.leased_pages);
+  p->set_pinned_bytes(c.pinned_bytes);
+  p->set_cancelled(c.cancelled);
+}
+
+}  // namespace kvtier::daemon

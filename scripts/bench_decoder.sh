@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Decoder benchmarks (docs/BENCHMARKS.md), with their own kvtierd instances on
+# temporary sockets and state directories, stopped at the end:
+#  1. 124m random weights, 4-token prompt, 200 new tokens: cached decode vs
+#     recomputing the whole sequence every step.
+#  2. TTFT of an 8,192-token prompt: recompute vs restored from the host tier
+#     (daemon "host": 2 GiB RAM, no NVMe) vs restored from the NVMe tier
+#     (daemon "nvme": a 32 MiB RAM tier, so the prompt's pages are demoted to
+#     NVMe, and --promote_on_get=false so every GET reads them from there).
+# Needs a real disk for the NVMe directory: $NVME_BENCH_DIR (default /var/tmp).
+# Extra arguments go to kvtier-decoder-bench (e.g. --mode=decode --repeats=3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+if [ -z "${KVTIER_NO_BUILD:-}" ]; then
+  cmake --build "$BUILD_DIR" -j2 --target kvtierd kvtierctl kvtier-decoder-bench >/dev/null
+fi
+KVTIERD="$BUILD_DIR/daemon/kvtierd"
+CTL="$BUILD_DIR/tools/kvtierctl"
+BENCH="$BUILD_DIR/client/decoder/kvtier-decoder-bench"
+TMP="$(mktemp -d "${NVME_BENCH_DIR:-/var/tmp}/kvtier-decoder-bench.XXXXXX")"
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+start() {  # start NAME FLAGS...: returns when `kvtierctl stats` answers
+  local name=$1; shift
+  "$KVTIERD" --socket="$TMP/$name.sock" --state_dir="$TMP/$name" --log_level=warn "$@" \
+    >>"$TMP/$name.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 600); do
+    "$CTL" --endpoint="ipc://$TMP/$name.sock" stats >/dev/null 2>&1 && return 0
+    kill -0 "${PIDS[-1]}" 2>/dev/null || { cat "$TMP/$name.log" >&2; exit 1; }
+    sleep 0.01
+  done
+  echo "kvtierd $name did not start" >&2
+  exit 1
+}
+
+echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+start host --host_bytes=2GiB --nvme_bytes=0
+start nvme --host_bytes=32MiB --nvme_bytes=2GiB --promote_on_get=false
+"$BENCH" --mode=all --endpoint="ipc://$TMP/host.sock" --nvme_endpoint="ipc://$TMP/nvme.sock" "$@"
+echo "== daemon stats (nvme daemon)"
+"$CTL" --endpoint="ipc://$TMP/nvme.sock" stats | sed -n '1,8p'

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Full trace replay benchmark (docs/BENCHMARKS.md): starts a private kvtierd
+# with host + NVMe tiers sized below the trace's working set, replays
+# tests/data/synthetic_trace.jsonl with kvtier-stress as fast as possible
+# (1 MiB pages, one page per 512-token block), prints the report, stops the
+# daemon. Extra arguments go to kvtier-stress (e.g. --concurrency=2).
+#
+# Environment: KVTIER_BUILD_DIR (default build), KVTIER_BENCH_DIR (where the
+# NVMe file goes; a real disk, not tmpfs; default /tmp), HOST_BYTES (4GiB),
+# NVME_BYTES (16GiB), TRACE (the trace spec), KVTIERD_FLAGS (extra daemon
+# flags), KVTIERD (the daemon binary; default $KVTIER_BUILD_DIR/daemon/kvtierd),
+# NO_BUILD=1 to skip building.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+HOST_BYTES="${HOST_BYTES:-4GiB}"
+NVME_BYTES="${NVME_BYTES:-16GiB}"
+TRACE="${TRACE:-tests/data/synthetic_trace.jsonl}"
+KVTIERD="${KVTIERD:-$BUILD_DIR/daemon/kvtierd}"
+STRESS="$BUILD_DIR/tools/stress/kvtier-stress"
+
+if [ "${NO_BUILD:-0}" != 1 ]; then
+  [ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target kvtierd kvtier-stress >/dev/null
+fi
+
+TMP="$(mktemp -d "${KVTIER_BENCH_DIR:-/tmp}/kvtier-replay.XXXXXX")"
+PID=""
+cleanup() {
+  if [ -n "$PID" ]; then
+    kill -TERM "$PID" 2>/dev/null || true
+    wait "$PID" 2>/dev/null || true
+  fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# shellcheck disable=SC2086
+"$KVTIERD" --socket="$TMP/kvtierd.sock" --state_dir="$TMP/state" --nvme_dir="$TMP/nvme" \
+  --host_bytes="$HOST_BYTES" --nvme_bytes="$NVME_BYTES" --log_level=warn ${KVTIERD_FLAGS:-} \
+  >"$TMP/kvtierd.log" 2>&1 &
+PID=$!
+for _ in $(seq 3000); do
+  [ -S "$TMP/kvtierd.sock" ] && break
+  kill -0 "$PID" 2>/dev/null || { cat "$TMP/kvtierd.log" >&2; exit 1; }
+  sleep 0.01
+done
+[ -S "$TMP/kvtierd.sock" ] || { echo "replay.sh: kvtierd did not start" >&2; exit 1; }
+
+# The daemon populates its host arena in the background; wait for it (up to
+# 60 s) so the replay measures copies, not first-touch page faults.
+want_kb=$(python3 -c "import re,sys; s=sys.argv[1]; m=re.fullmatch(r'(\d+)(GiB|MiB|KiB)?',s); \
+print(int(m.group(1))*{'GiB':1<<20,'MiB':1<<10,'KiB':1,None:1/1024}[m.group(2)]*95//100)" "$HOST_BYTES")
+for _ in $(seq 600); do
+  have_kb=$(awk '/^RssShmem:/ {print $2}' "/proc/$PID/status" 2>/dev/null || echo 0)
+  [ "${have_kb:-0}" -ge "$want_kb" ] && break
+  sleep 0.1
+done
+
+echo "== kvtierd: host $HOST_BYTES, NVMe $NVME_BYTES in $TMP/nvme ${KVTIERD_FLAGS:-}"
+echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+mkdir -p "$BUILD_DIR"
+set +e
+/usr/bin/time -f "== wall %e s, user %U s, sys %S s (kvtier-stress)" \
+  "$STRESS" --trace="$TRACE" --endpoint="ipc://$TMP/kvtierd.sock" \
+  --json_out="$BUILD_DIR/replay.json" --csv_out="$BUILD_DIR/replay.csv" "$@"
+rc=$?
+set -e
+echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== report: $BUILD_DIR/replay.json, time series: $BUILD_DIR/replay.csv"
+kill -TERM "$PID" 2>/dev/null || true
+wait "$PID" 2>/dev/null || true
+PID=""
+
+# The same trace through kvtier-sim (the daemon's policy code, no bytes) at
+# the same capacities and policy flags, when it is built.
+SIM="$BUILD_DIR/tools/sim/kvtier-sim"
+if [ -x "$SIM" ] && [ "${NO_SIM:-0}" != 1 ]; then
+  SIM_ARGS=()
+  for f in ${KVTIERD_FLAGS:-}; do
+    case "$f" in
+      --nvme_admission=*|--promote_on_get=*|--write_policy=*|--high_watermark=*|--low_watermark=*) SIM_ARGS+=("$f") ;;
+    esac
+  done
+  for a in "$@"; do
+    case "$a" in --max_requests=*|--pages_per_block=*|--decode=*|--batch_pages=*) SIM_ARGS+=("$a") ;; esac
+  done
+  page_bytes=$(python3 -c "import json; print(json.load(open('$BUILD_DIR/replay.json'))['mapping']['page_bytes'])")
+  echo "== kvtier-sim at the same capacities: host $HOST_BYTES, NVMe $NVME_BYTES"
+  "$SIM" --trace="$TRACE" --host_pages="$HOST_BYTES" --nvme_pages="$NVME_BYTES" \
+    --page_bytes="$page_bytes" --capacities= --json_out="$BUILD_DIR/replay_sim.json" \
+    "${SIM_ARGS[@]}" >/dev/null && python3 - "$BUILD_DIR/replay.json" "$BUILD_DIR/replay_sim.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+s = json.load(open(sys.argv[2])).get("two_tier", {}).get("lru", {})
+if "hit_rate" not in s:
+    sys.exit("kvtier-sim wrote no two_tier.lru.hit_rate")
+mt, st = m["hit_rate"]["by_tier"], s.get("tier_hit_rate", {})
+print(f"  measured  {100*m['hit_rate']['overall']:.2f}%  (host {100*mt['host']:.2f}%, nvme {100*mt['nvme']:.2f}%)")
+print(f"  kvtier-sim {100*s['hit_rate']:.2f}%  (host {100*st.get('host', 0):.2f}%, nvme {100*st.get('nvme', 0):.2f}%)")
+print(f"  difference {100*(m['hit_rate']['overall'] - s['hit_rate']):+.2f} percentage points (target: within 1)")
+PY
+fi
+exit $rc

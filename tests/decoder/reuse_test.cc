@@ -1,0 +1,130 @@
+// Prefix reuse through a real kvtierd: greedy generation with the prompt's
+// prefix pages restored from the daemon gives the same tokens as generation
+// from scratch (logits within tolerance) and restores the expected number of
+// tokens, for prompts on, just past and short of page boundaries; pages
+// completed during decode are stored too; kvtier-generate runs with and
+// without a daemon.
+#include <gtest/gtest.h>
+
+#include "kvtier/decoder/generator.h"
+#include "kvtier/decoder/prefix_store.h"
+#include "tests/decoder/decoder_test_util.h"
+#include "tests/integration/daemon_fixture.h"
+
+namespace kvtier::decoder::testing {
+namespace {
+
+// fp16 pages; the restored pages hold the bytes a prefill wrote, the
+// recomputed ones the bytes this run's prefill writes: only the split of
+// the attention sum between cached and new tokens differs.
+constexpr double kLogitTol = 1e-3;
+constexpr uint32_t kTpp = 16;
+
+class ReuseTest : public itest::DaemonTest {
+ protected:
+  void SetUp() override {
+    DaemonTest::SetUp();
+    m_ = MakeTiny(kTpp, Dtype::kFp16, /*pages=*/32);
+    ClientOptions o = itest::Options(daemon_->endpoint());
+    auto store = PrefixStore::Connect(o, m_.cache.get(), ModelFingerprint(*m_.weights));
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+  void TearDown() override {
+    store_.reset();
+    DaemonTest::TearDown();
+  }
+  GenerateResult Run(const std::vector<uint32_t>& prompt, bool reuse, uint32_t n = 8) {
+    Generator g(m_.model.get(), reuse ? store_.get() : nullptr);
+    auto r = g.Generate(prompt, {.max_new_tokens = n, .keep_logits = true});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *std::move(r) : GenerateResult{};
+  }
+  TinyModel m_;
+  std::unique_ptr<PrefixStore> store_;
+};
+
+TEST_F(ReuseTest, RestoredPrefixGivesTheSameTokens) {
+  // 16 and 32 end exactly on a page boundary: every page is restored and
+  // the last token computed again for its logits. 17 and 33 are one past;
+  // 10 is short of a page, 50 in the middle of one.
+  const std::pair<uint32_t, uint32_t> cases[] = {{10, 0}, {16, 15}, {17, 16}, {32, 31}, {33, 32}, {50, 48}};
+  uint32_t salt = 0;
+  for (auto [len, expect_restored] : cases) {
+    std::vector<uint32_t> prompt = PromptTokens(len, ++salt);
+    GenerateResult scratch = Run(prompt, /*reuse=*/false);
+    GenerateResult cold = Run(prompt, /*reuse=*/true);
+    EXPECT_EQ(cold.stats.restored_tokens, 0u) << len;
+    EXPECT_EQ(cold.stats.pages_put, (len + 8 - 1) / kTpp) << len;  // prompt + decoded full pages
+    GenerateResult warm = Run(prompt, /*reuse=*/true);
+    EXPECT_EQ(warm.stats.restored_tokens, expect_restored) << len;
+    EXPECT_EQ(warm.stats.computed_tokens, len - expect_restored) << len;
+    EXPECT_EQ(warm.stats.reuse_note, "") << len;
+    EXPECT_EQ(warm.tokens, scratch.tokens) << len;
+    EXPECT_EQ(cold.tokens, scratch.tokens) << len;
+    for (size_t i = 0; i < scratch.logits.size(); ++i) {
+      std::vector<double> ref(scratch.logits[i].begin(), scratch.logits[i].end());
+      EXPECT_LT(MaxAbsDiff(warm.logits[i].data(), ref.data(), ref.size()), kLogitTol)
+          << "prompt " << len << " token " << i;
+    }
+    for (TierKind t : warm.stats.restored_from) EXPECT_EQ(t, TierKind::kHost);
+  }
+  EXPECT_EQ(m_.cache->free_pages(), m_.cache->num_pages());
+}
+
+TEST_F(ReuseTest, PagesCompletedByDecodeAreStored) {
+  std::vector<uint32_t> prompt = PromptTokens(20, 77);
+  GenerateResult first = Run(prompt, /*reuse=*/true, /*n=*/30);  // reaches 49 tokens
+  EXPECT_EQ(first.stats.pages_put, 3u);                            // blocks 0, 1 and 2
+  // A follow-up turn: the prompt is the whole conversation so far.
+  std::vector<uint32_t> next = prompt;
+  next.insert(next.end(), first.tokens.begin(), first.tokens.end());
+  next.push_back(5);
+  GenerateResult scratch = Run(next, /*reuse=*/false);
+  GenerateResult warm = Run(next, /*reuse=*/true);
+  EXPECT_EQ(warm.stats.restored_tokens, 48u);
+  EXPECT_EQ(warm.tokens, scratch.tokens);
+}
+
+TEST_F(ReuseTest, DifferentModelsDoNotShareKeys) {
+  std::vector<uint32_t> prompt = PromptTokens(40, 3);
+  Run(prompt, /*reuse=*/true);
+  TinyModel other = MakeTiny(kTpp, Dtype::kFp16, 32, 0, /*seed=*/2);
+  auto store = PrefixStore::Connect(itest::Options(daemon_->endpoint()), other.cache.get(),
+                                    ModelFingerprint(*other.weights));
+  ASSERT_TRUE(store.ok());
+  Generator g(other.model.get(), store->get());
+  auto r = g.Generate(prompt, {.max_new_tokens = 2});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->stats.restored_tokens, 0u);  // same layout, same tokens, other weights
+}
+
+TEST_F(ReuseTest, GenerateToolRunsWithAndWithoutDaemon) {
+  const std::vector<std::string> common = {KVTIER_GENERATE_PATH, "--size=tiny", "--tokens_per_page=16",
+                                           "--prompt=The quick brown fox jumps over the lazy dog!",
+                                           "--max_new_tokens=6", "--print_ids"};
+  auto with = common;
+  with.push_back("--endpoint=" + daemon_->endpoint());
+  with.push_back("--runs=2");
+  itest::CommandResult r = itest::RunCommand(with, 60000);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("daemon: connected, prefix reuse on"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run 1: prompt 44 tokens: restored 0 (none), computed 44"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("run 2: prompt 44 tokens: restored 32 (host,host), computed 12"), std::string::npos)
+      << r.out;
+  auto line = [](const std::string& out, const std::string& prefix) {
+    size_t p = out.find(prefix);
+    return p == std::string::npos ? std::string() : out.substr(p + prefix.size(), out.find('\n', p) - p - prefix.size());
+  };
+  EXPECT_EQ(line(r.out, "run 1: "), line(r.out, "run 2: "));
+  auto without = common;
+  without.push_back("--endpoint=ipc://" + daemon_->dir() + "/no-such.sock");
+  itest::CommandResult n = itest::RunCommand(without, 60000);
+  ASSERT_EQ(n.exit_code, 0) << n.out << n.err;
+  EXPECT_NE(n.out.find("no daemon (no socket at"), std::string::npos) << n.out;
+  EXPECT_NE(n.out.find("restored 0 (none), computed 44"), std::string::npos) << n.out;
+  EXPECT_EQ(line(n.out, "run 1: "), line(r.out, "run 1: "));  // same tokens either way
+}
+
+}  // namespace
+}  // namespace kvtier::decoder::testing

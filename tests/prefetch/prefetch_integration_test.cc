@@ -1,0 +1,226 @@
+// The three prefetch paths through a real kvtierd with an NVMe tier (under
+// /tmp, a real disk): LOOKUP lookahead, PREFETCH hints, GET policies
+// (best_effort, timeout) and layer-wise GET — bytes and STATS counters.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "kvtier/shm_buffer.h"
+#include "tests/integration/daemon_fixture.h"
+#include "tools/common/page_pattern.h"
+
+namespace kvtier::itest {
+namespace {
+
+constexpr uint64_t kPage = kSmallPageBytes;
+constexpr size_t kLen = 8;
+
+std::vector<uint64_t> Offsets(size_t n) {
+  std::vector<uint64_t> o(n);
+  for (size_t i = 0; i < n; ++i) o[i] = i * kPage;
+  return o;
+}
+
+// 4 MiB of host RAM over a 64 MiB NVMe tier; 20 chains of 8 pages (10 MiB)
+// leave the oldest chains on NVMe.
+class PrefetchDaemonTest : public DaemonTest {
+ protected:
+  DaemonOptions DaemonOpts() const override {
+    return {.flags = {"--host_bytes=4MiB", "--host_slab_bytes=1MiB", "--prefetch_lookahead=true",
+                      "--prefetch_lease_ms=20000"},
+            .nvme = true};
+  }
+  void SetUp() override {
+    auto d = DaemonProcess::Start(DaemonOpts());
+    if (!d.ok() && absl::StrContains(d.status().message(), "O_DIRECT"))
+      GTEST_SKIP() << "no O_DIRECT under /tmp: " << d.status();
+    ASSERT_TRUE(d.ok()) << d.status();
+    daemon_ = *std::move(d);
+    c_ = Connect();
+    ASSERT_TRUE(c_);
+    auto buf = ShmBuffer::Create(kLen * kPage + 4096);
+    ASSERT_TRUE(buf.ok()) << buf.status();
+    buf_ = *std::move(buf);
+    auto id = c_->RegisterBuffer(buf_->name(), buf_->size());
+    ASSERT_TRUE(id.ok()) << id.status();
+    id_ = *id;
+    for (uint64_t ch = 0; ch < 20; ++ch) {
+      chains_.push_back(MakeChain(SmallLayout(), 7000 + ch, kLen));
+      for (size_t i = 0; i < kLen; ++i) tools::FillPattern(chains_.back()[i], Page(i), kPage);
+      auto put = c_->Put(chains_.back(), PageKey::Zero(), id_, Offsets(kLen));
+      ASSERT_TRUE(put.ok()) << put.status();
+      ASSERT_EQ(put->stored, kLen);
+    }
+    std::memset(buf_->data(), 0, buf_->size());
+  }
+  void TearDown() override {
+    c_.reset();
+    DaemonTest::TearDown();
+  }
+
+  uint8_t* Page(size_t i) { return buf_->data() + i * kPage; }
+  absl::Span<uint8_t> Mapping() { return absl::MakeSpan(buf_->data(), buf_->size()); }
+  wire::PrefetchStats Prefetch() {
+    auto s = c_->Stats();
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? s->prefetch() : wire::PrefetchStats();
+  }
+  // Polls STATS until pred holds (up to 10 s).
+  bool WaitStats(const std::function<bool(const wire::PrefetchStats&)>& pred) {
+    for (int i = 0; i < 1000; ++i) {
+      if (pred(Prefetch())) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  // Where each page of `chain` is, one LOOKUP per key would start lookahead,
+  // so read it from STATS-neutral GETs instead: callers use the reply tiers.
+  void ExpectIntact(const std::vector<PageKey>& chain, const std::vector<TierKind>& tiers,
+                    TierKind want) {
+    ASSERT_EQ(tiers.size(), chain.size());
+    for (size_t i = 0; i < chain.size(); ++i) {
+      EXPECT_EQ(tiers[i], want) << "page " << i;
+      EXPECT_EQ(tools::CheckPattern(chain[i], Page(i), kPage), kPage) << "page " << i;
+    }
+  }
+
+  std::unique_ptr<Client> c_;
+  std::unique_ptr<ShmBuffer> buf_;
+  BufferId id_ = 0;
+  std::vector<std::vector<PageKey>> chains_;
+};
+
+TEST_F(PrefetchDaemonTest, LookupStartsPromotingNvmeHitsAndTheGetFindsThemInRam) {
+  const auto& chain = chains_.front();
+  auto look = c_->Lookup(chain);
+  ASSERT_TRUE(look.ok()) << look.status();
+  ASSERT_EQ(look->hits, kLen);
+  for (TierKind t : look->tiers) EXPECT_EQ(t, TierKind::kNvme);
+  EXPECT_EQ(look->prefetching, kLen);
+  ASSERT_TRUE(WaitStats([](const auto& p) { return p.leased_pages() == kLen; }));
+  auto got = c_->Get(chain, id_, Offsets(kLen));
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectIntact(chain, *got, TierKind::kHost);
+  wire::PrefetchStats p = Prefetch();
+  EXPECT_EQ(p.issued(), kLen);
+  EXPECT_EQ(p.promoted_pages(), kLen);
+  EXPECT_EQ(p.completed_in_time(), kLen);
+  EXPECT_EQ(p.late(), 0u);
+  EXPECT_EQ(p.leased_pages(), 0u);
+  EXPECT_EQ(p.pinned_bytes(), 0u);
+}
+
+TEST_F(PrefetchDaemonTest, PrefetchRequestPromotesBeforeTheDeadline) {
+  const auto& chain = chains_[1];
+  PrefetchOptions o;
+  o.priority = 3;
+  o.deadline = std::chrono::milliseconds(5000);
+  auto r = c_->Prefetch(chain, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->queued, kLen);
+  ASSERT_TRUE(WaitStats([](const auto& p) { return p.leased_pages() == kLen; }));
+  auto again = c_->Prefetch(chain, o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->merged, kLen);  // leased: the lease is extended, nothing queued
+  auto missing = c_->Prefetch(MakeChain(SmallLayout(), 99999, 2));
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->missing, 2u);
+  auto got = c_->Get(chain, id_, Offsets(kLen), GetOptions{.policy = GetPolicy::kBestEffort});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectIntact(chain, *got, TierKind::kHost);
+  wire::PrefetchStats p = Prefetch();
+  EXPECT_EQ(p.completed_in_time(), kLen);
+  EXPECT_EQ(p.dropped(), 0u);
+  // Only host is a prefetch target here.
+  auto bad = c_->Prefetch(chain, PrefetchOptions{.target = TierKind::kNvme});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status())) << bad.status();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "target tier 'nvme'")) << bad.status();
+}
+
+TEST_F(PrefetchDaemonTest, BestEffortServesRamOnlyAndPromotesTheRest) {
+  const auto& chain = chains_[2];
+  auto got = c_->Get(chain, id_, Offsets(kLen), GetOptions{.policy = GetPolicy::kBestEffort});
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < kLen; ++i) {
+    EXPECT_EQ((*got)[i], TierKind::kNone) << "page " << i << " is on NVMe: a miss";
+    EXPECT_EQ(Page(i)[0], 0) << "a missed page's bytes were written";
+  }
+  // The misses were queued for promotion: a retry finds them in RAM.
+  ASSERT_TRUE(WaitStats([](const auto& p) { return p.leased_pages() == kLen; }));
+  got = c_->Get(chain, id_, Offsets(kLen), GetOptions{.policy = GetPolicy::kBestEffort});
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectIntact(chain, *got, TierKind::kHost);
+}
+
+TEST_F(PrefetchDaemonTest, TimeoutWaitsForPromotionThenServesWhatIsInRam) {
+  const auto& chain = chains_[3];
+  GetOptions wait{.policy = GetPolicy::kTimeout, .timeout = std::chrono::milliseconds(10000)};
+  auto got = c_->Get(chain, id_, Offsets(kLen), wait);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectIntact(chain, *got, TierKind::kHost);  // all came up within the bound
+  EXPECT_GE(Prefetch().demand_jobs(), kLen);
+  // A zero bound serves only what is up already: every page is either a
+  // miss or an exact RAM hit, never an NVMe read.
+  const auto& next = chains_[4];
+  std::memset(buf_->data(), 0, buf_->size());
+  got = c_->Get(next, id_, Offsets(kLen),
+                GetOptions{.policy = GetPolicy::kTimeout, .timeout = std::chrono::milliseconds(0)});
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < kLen; ++i) {
+    ASSERT_NE((*got)[i], TierKind::kNvme) << i;
+    if ((*got)[i] == TierKind::kHost)
+      EXPECT_EQ(tools::CheckPattern(next[i], Page(i), kPage), kPage) << i;
+  }
+}
+
+TEST_F(PrefetchDaemonTest, LayerwiseGetDeliversLayersInOrderByteExact) {
+  const auto& chain = chains_[5];  // on NVMe: read whole, checked, then layer by layer
+  const Layout layout = SmallLayout();
+  const uint64_t lb = layout.LayerBytes();
+  ASSERT_EQ(layout.layers * lb, kPage);
+  const uint64_t progress = kLen * kPage;
+  std::vector<uint32_t> seen;
+  std::vector<uint8_t> want(kPage);
+  auto got = c_->GetLayers(chain, id_, Offsets(kLen), Mapping(), progress, [&](uint32_t l) {
+    seen.push_back(l);
+    // Layer l of every page is there when its callback runs.
+    for (size_t i = 0; i < kLen; ++i) {
+      tools::FillPattern(chain[i], want.data(), kPage);
+      EXPECT_EQ(std::memcmp(Page(i) + l * lb, want.data() + l * lb, lb), 0)
+          << "layer " << l << " of page " << i;
+    }
+  });
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(seen, (std::vector<uint32_t>{0, 1}));
+  for (size_t i = 0; i < kLen; ++i) {
+    EXPECT_NE((*got)[i], TierKind::kNone) << i;
+    EXPECT_EQ(tools::CheckPattern(chain[i], Page(i), kPage), kPage) << i;
+  }
+  uint64_t counter = 0;
+  std::memcpy(&counter, buf_->data() + progress, 8);
+  EXPECT_EQ(counter, layout.layers);
+  // Bad progress counters are refused by name.
+  auto overlap = c_->GetLayers(chain, id_, Offsets(kLen), Mapping(), kPage, nullptr);
+  ASSERT_FALSE(overlap.ok());
+  EXPECT_TRUE(absl::StrContains(overlap.status().message(), "overlaps page 1")) << overlap.status();
+  auto outside = c_->GetLayers(chain, id_, Offsets(kLen), Mapping(), buf_->size(), nullptr);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_TRUE(absl::IsOutOfRange(outside.status())) << outside.status();
+}
+
+TEST_F(PrefetchDaemonTest, CountersShowUpInKvtierctl) {
+  auto look = c_->Lookup(chains_.front());
+  ASSERT_TRUE(look.ok());
+  ASSERT_EQ(look->prefetching, kLen);
+  ASSERT_TRUE(WaitStats([](const auto& p) { return p.promoted_pages() == kLen; }));
+  auto r = RunCommand({KVTIERCTL_PATH, "stats", "--json", "--endpoint=" + daemon_->endpoint()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"prefetch\"")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"promoted_pages\": \"8\"")) << r.out;
+}
+
+}  // namespace
+}  // namespace kvtier::itest

@@ -1,0 +1,99 @@
+// Tables and JSON for kvtierctl: the STATS tables (tiers, tier traffic,
+// namespaces, request latency) and protobuf-to-JSON conversion.
+#include <cstdio>
+
+#include "absl/strings/str_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "tools/kvtierctl/kvtierctl.h"
+
+namespace kvtier::ctl {
+
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "kvtierctl: %s\n", message.c_str());
+  return code;
+}
+
+std::string Bytes(uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  return u == 0 ? absl::StrFormat("%d B", b) : absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string Percent(uint64_t hits, uint64_t misses) {
+  if (hits + misses == 0) return "-";
+  return absl::StrFormat("%.1f%%", 100.0 * double(hits) / double(hits + misses));
+}
+
+std::string Micros(double us) {
+  if (us < 1000) return absl::StrFormat("%.0fus", us);
+  if (us < 1e6) return absl::StrFormat("%.2fms", us / 1e3);
+  return absl::StrFormat("%.2fs", us / 1e6);
+}
+
+nlohmann::json ToJson(const google::protobuf::Message& m) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions o;
+  o.always_print_primitive_fields = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &text, o);
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+void PrintJson(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+
+void PrintLatencyTable(const wire::StatsReply& s) {
+  if (s.latency().empty()) return;
+  std::printf("\n%-18s %10s %8s %9s %9s %9s %9s %9s\n", "REQUEST", "COUNT", "ERRORS", "MEAN",
+              "P50", "P90", "P99", "MAX");
+  for (const auto& l : s.latency()) {
+    std::printf("%-18s %10lu %8lu %9s %9s %9s %9s %9s\n", l.request().c_str(),
+                (unsigned long)l.count(), (unsigned long)l.errors(), Micros(l.mean_us()).c_str(),
+                Micros(l.p50_us()).c_str(), Micros(l.p90_us()).c_str(), Micros(l.p99_us()).c_str(),
+                Micros(l.max_us()).c_str());
+  }
+}
+
+void PrintStatsTables(const wire::StatsReply& s) {
+  const auto& d = s.daemon();
+  std::printf("kvtierd %s  up %.1f s  sessions %u  requests %lu (errors %lu)\n", d.version().c_str(),
+              d.uptime_ms() / 1000.0, d.sessions(), (unsigned long)d.requests(),
+              (unsigned long)d.request_errors());
+  std::printf("memory: rss %s, of which outside the tier arenas %s; %lu pages indexed\n",
+              Bytes(d.rss_bytes()).c_str(), Bytes(d.rss_anon_bytes()).c_str(),
+              (unsigned long)d.index_pages());
+  if (d.metrics_port() > 0)
+    std::printf("metrics: http://127.0.0.1:%d/metrics\n", d.metrics_port());
+  std::printf("\n%-6s %11s %11s %6s %9s %9s %9s %9s %11s %11s  %s\n", "TIER", "CAPACITY", "USED",
+              "USE%", "PAGES", "HITS", "MISSES", "EVICTED", "BYTES IN", "BYTES OUT", "BACKING");
+  for (const auto& t : s.tiers()) {
+    double pct = t.capacity_bytes() ? 100.0 * double(t.used_bytes()) / double(t.capacity_bytes()) : 0;
+    std::printf("%-6s %11s %11s %5.1f%% %9lu %9lu %9lu %9lu %11s %11s  %s\n", t.name().c_str(),
+                Bytes(t.capacity_bytes()).c_str(), Bytes(t.used_bytes()).c_str(), pct,
+                (unsigned long)t.pages(), (unsigned long)t.hits(), (unsigned long)t.misses(),
+                (unsigned long)t.evictions(), Bytes(t.bytes_in()).c_str(),
+                Bytes(t.bytes_out()).c_str(), t.backing().c_str());
+  }
+  std::printf("\n%-6s %10s %10s %9s %9s %9s %9s %9s %9s\n", "TIER", "DEMOTED", "PROMOTED",
+              "DROPPED", "CKSUM-ERR", "IO-QUEUE", "IO-ERR", "RECOVERED", "BAD-REC");
+  for (const auto& t : s.tiers()) {
+    std::printf("%-6s %10lu %10lu %9lu %9lu %9lu %9lu %9lu %9lu\n", t.name().c_str(),
+                (unsigned long)t.demotions(), (unsigned long)t.promotions(),
+                (unsigned long)t.dropped(), (unsigned long)t.checksum_errors(),
+                (unsigned long)t.io_inflight(), (unsigned long)t.io_errors(),
+                (unsigned long)t.recovered_pages(), (unsigned long)t.dropped_records());
+  }
+  std::printf("\n%-16s %9s %11s %9s %9s %9s %9s %9s\n", "NAMESPACE", "PAGES", "BYTES",
+              "LOOKUP-HIT", "GET-HIT", "PUTS", "DEDUP", "QUOTA-EV");
+  for (const auto& n : s.namespaces()) {
+    std::printf("%-16s %9lu %11s %10s %9s %9lu %9lu %9lu\n", n.name().c_str(),
+                (unsigned long)n.pages(), Bytes(n.bytes()).c_str(),
+                Percent(n.lookup_hits(), n.lookup_misses()).c_str(),
+                Percent(n.get_hits(), n.get_misses()).c_str(), (unsigned long)n.puts(),
+                (unsigned long)n.dedup_puts(), (unsigned long)n.quota_evictions());
+  }
+  PrintLatencyTable(s);
+}
+
+}  // namespace kvtier::ctl

@@ -1,0 +1,79 @@
+// kvtierctl: shows and steers a running kvtierd.
+//   stats            tier, namespace and latency tables (the default command)
+//   top | watch      stats refreshed every --interval, with rates
+//   ping             round-trip time and daemon version
+//   tenants          every tenant's pages, bytes and quotas (admin)
+//   evict            --namespace=X [--tier=hbm|host|nvme] (--pages=N | --all)
+//   flush            demote every RAM page to NVMe, durably (admin)
+// --json prints JSON instead of tables. Exit codes: 0 ok, 1 the daemon
+// refused or did not answer (one line on stderr), 2 bad command line.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "tools/kvtierctl/kvtierctl.h"
+
+ABSL_FLAG(std::string, endpoint, "", "daemon endpoint (default: $KVTIER_ENDPOINT, else the default ipc socket)");
+ABSL_FLAG(std::string, tenant, "", "tenant to authenticate as (default: $KVTIER_TENANT, else 'default')");
+ABSL_FLAG(std::string, token, "", "tenant token (default: $KVTIER_TOKEN); admin commands need an admin tenant's token");
+ABSL_FLAG(bool, json, false, "print JSON instead of tables");
+ABSL_FLAG(int, timeout_ms, 2000, "how long to wait for the daemon");
+ABSL_FLAG(int, admin_timeout_ms, 600000, "how long evict and flush may take");
+ABSL_FLAG(double, interval, 1.0, "top/watch: seconds between refreshes");
+ABSL_FLAG(int, count, 0, "top/watch: refreshes (0: until q or Ctrl-C); ping: round trips (default 1)");
+ABSL_FLAG(std::string, namespace, "", "evict: the namespace (default: the session's own)");
+ABSL_FLAG(std::string, tier, "", "evict: hbm, host or nvme (pages move one tier down); empty: drop from the store");
+ABSL_FLAG(uint64_t, pages, 0, "evict: at most this many pages, least recently used first");
+ABSL_FLAG(bool, all, false, "evict: every evictable page");
+
+namespace {
+
+std::string FlagOrEnv(const std::string& flag, const char* env, const std::string& fallback) {
+  if (!flag.empty()) return flag;
+  const char* v = std::getenv(env);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+kvtier::ctl::Options OptionsFromFlags(const std::string& cmd) {
+  kvtier::ctl::Options o;
+  o.client.endpoint = FlagOrEnv(absl::GetFlag(FLAGS_endpoint), "KVTIER_ENDPOINT", "");
+  o.client.tenant = FlagOrEnv(absl::GetFlag(FLAGS_tenant), "KVTIER_TENANT", "default");
+  o.client.token = FlagOrEnv(absl::GetFlag(FLAGS_token), "KVTIER_TOKEN", "");
+  o.client.client_name = "kvtierctl " + cmd;
+  const bool slow = cmd == "evict" || cmd == "flush";
+  o.client.timeout = std::chrono::milliseconds(
+      absl::GetFlag(slow ? FLAGS_admin_timeout_ms : FLAGS_timeout_ms));
+  o.json = absl::GetFlag(FLAGS_json);
+  o.interval_s = absl::GetFlag(FLAGS_interval);
+  o.count = absl::GetFlag(FLAGS_count);
+  o.ns = absl::GetFlag(FLAGS_namespace);
+  o.tier = absl::GetFlag(FLAGS_tier);
+  o.pages = absl::GetFlag(FLAGS_pages);
+  o.all = absl::GetFlag(FLAGS_all);
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kvtierctl [stats|top|watch|ping|tenants|evict|flush] [--json] [--endpoint=...] "
+      "[--tenant=... --token=...]\n"
+      "  evict --namespace=NAME [--tier=hbm|host|nvme] (--pages=N | --all)");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() > 2) return kvtier::ctl::Fail("one command at a time", kvtier::ctl::kUsage);
+  const std::string cmd = args.size() > 1 ? args[1] : "stats";
+  const kvtier::ctl::Options o = OptionsFromFlags(cmd);
+  if (cmd == "stats") return kvtier::ctl::CmdStats(o);
+  if (cmd == "top" || cmd == "watch") return kvtier::ctl::CmdTop(o);
+  if (cmd == "ping") return kvtier::ctl::CmdPing(o);
+  if (cmd == "tenants") return kvtier::ctl::CmdTenants(o);
+  if (cmd == "evict") return kvtier::ctl::CmdEvict(o);
+  if (cmd == "flush") return kvtier::ctl::CmdFlush(o);
+  return kvtier::ctl::Fail(
+      "unknown command '" + cmd + "' (try: stats, top, watch, ping, tenants, evict, flush)",
+      kvtier::ctl::kUsage);
+}

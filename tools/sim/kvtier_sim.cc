@@ -1,0 +1,191 @@
+// kvtier-sim: offline capacity planning. Replays a trace through the real
+// TierManager policy of tiers/ (accounting-only tiers, no daemon, no bytes)
+// at each capacity asked for, next to Belady's optimum and the
+// infinite-cache bound; prints a table and writes JSON and a PNG plot.
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "kvtier/status_macros.h"
+#include "tools/sim/belady.h"
+#include "tools/sim/capacity.h"
+#include "tools/sim/policy_replay.h"
+#include "tools/sim/sim_report.h"
+#include "tools/sim/trace_input.h"
+
+ABSL_FLAG(std::string, trace, "",
+          "trace spec: mooncake:PATH, azure:PATH, synthetic[:k=v,...] or PATH (.jsonl/.csv)");
+ABSL_FLAG(int64_t, max_requests, 0, "replay only the first N requests (0: all)");
+ABSL_FLAG(bool, stop_on_error, true, "stop at a malformed trace line (false: skip it)");
+ABSL_FLAG(int32_t, pages_per_block, 1, "pages per trace block (trace::PageMapping)");
+ABSL_FLAG(std::string, capacities, "1k,4k,16k,32k",
+          "host-tier capacities, comma-separated: pages (4k = 4000, 4Ki = 4096) or bytes "
+          "(4GiB, 512MB; needs --page_bytes); empty: none");
+ABSL_FLAG(std::string, page_bytes, "", "page size in bytes (e.g. 1MiB) for byte capacities");
+ABSL_FLAG(std::string, slab_bytes, "16MiB", "slab size of the tiers (kvtierd --host_slab_bytes)");
+ABSL_FLAG(std::string, host_pages, "", "two-tier mode: host tier capacity (pages or bytes)");
+ABSL_FLAG(std::string, nvme_pages, "", "two-tier mode: NVMe tier capacity (pages or bytes)");
+ABSL_FLAG(double, high_watermark, 0.95, "as kvtierd --high_watermark");
+ABSL_FLAG(double, low_watermark, 0.90, "as kvtierd --low_watermark");
+ABSL_FLAG(bool, promote_on_get, true, "as kvtierd --promote_on_get");
+ABSL_FLAG(std::string, nvme_admission, "all", "as kvtierd --nvme_admission: all or reused");
+ABSL_FLAG(std::string, write_policy, "write-back", "as kvtierd --write_policy");
+ABSL_FLAG(uint32_t, batch_pages, 32,
+          "pages per GET/PUT call, as kvtier-stress --batch_pages (0: a whole chain per call)");
+ABSL_FLAG(bool, decode, true, "PUT the pages decode completes, as kvtier-stress does");
+ABSL_FLAG(std::string, evict_at, "call",
+          "when the stand-in evictor runs: call (after each GET/PUT) or page (after every page)");
+ABSL_FLAG(std::string, json_out, "", "write the results as JSON to this file");
+ABSL_FLAG(std::string, plot, "", "write a hit-rate-vs-capacity PNG (gnuplot) to this file");
+
+namespace kvtier::sim {
+namespace {
+
+struct Options {
+  ReplayConfig replay;
+  uint64_t page_bytes = 0, slab_bytes = 0;
+};
+
+absl::StatusOr<Options> OptionsFromFlags() {
+  Options o;
+  tiers::TierManagerConfig& s = o.replay.store;
+  s.high_watermark = absl::GetFlag(FLAGS_high_watermark);
+  s.low_watermark = absl::GetFlag(FLAGS_low_watermark);
+  s.promote_on_get = absl::GetFlag(FLAGS_promote_on_get);
+  const std::string admission = absl::GetFlag(FLAGS_nvme_admission);
+  if (admission == "reused")
+    s.persistent_admission = tiers::TierManagerConfig::Admission::kReusedOnly;
+  else if (admission != "all")
+    return absl::InvalidArgumentError("--nvme_admission must be all or reused");
+  const std::string policy = absl::GetFlag(FLAGS_write_policy);
+  if (policy == "write-through")
+    s.write_through = true;
+  else if (policy != "write-back")
+    return absl::InvalidArgumentError("--write_policy must be write-back or write-through");
+  RETURN_IF_ERROR(s.Validate());
+  o.replay.decode = absl::GetFlag(FLAGS_decode);
+  o.replay.batch_pages = absl::GetFlag(FLAGS_batch_pages);
+  const std::string at = absl::GetFlag(FLAGS_evict_at);
+  if (at == "page")
+    o.replay.evict_at = ReplayConfig::EvictAt::kPage;
+  else if (at != "call")
+    return absl::InvalidArgumentError("--evict_at must be call or page");
+  if (!absl::GetFlag(FLAGS_page_bytes).empty()) {
+    ASSIGN_OR_RETURN(o.page_bytes, ParseByteSize(absl::GetFlag(FLAGS_page_bytes)));
+  }
+  ASSIGN_OR_RETURN(o.slab_bytes, ParseByteSize(absl::GetFlag(FLAGS_slab_bytes)));
+  if (absl::GetFlag(FLAGS_host_pages).empty() != absl::GetFlag(FLAGS_nvme_pages).empty()) {
+    return absl::InvalidArgumentError("two-tier mode needs both --host_pages and --nvme_pages");
+  }
+  if (absl::GetFlag(FLAGS_pages_per_block) < 1) {
+    return absl::InvalidArgumentError("--pages_per_block must be >= 1");
+  }
+  return o;
+}
+
+std::string DescribePolicy(const Options& o) {
+  const tiers::TierManagerConfig& s = o.replay.store;
+  return absl::StrFormat(
+      "TierManager, watermarks %.2f/%.2f, leaf-first scan %d, %d index shards, %s pages per "
+      "GET/PUT, evictor after each %s, decode PUTs %s, %s, promote_on_get %s, nvme admission %s",
+      s.high_watermark, s.low_watermark, s.leaf_scan_limit, s.index_shards,
+      o.replay.batch_pages == 0 ? std::string("all") : std::to_string(o.replay.batch_pages),
+      o.replay.evict_at == ReplayConfig::EvictAt::kPage ? "page" : "GET/PUT",
+      o.replay.decode ? "on" : "off", s.write_through ? "write-through" : "write-back",
+      s.promote_on_get ? "on" : "off",
+      s.persistent_admission == tiers::TierManagerConfig::Admission::kAll ? "all" : "reused");
+}
+
+absl::Status RunCapacities(const std::vector<SimRequest>& reqs, const Options& o, SimReport& rep) {
+  if (absl::GetFlag(FLAGS_capacities).empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<CapacitySpec> specs,
+                   ParseCapacityList(absl::GetFlag(FLAGS_capacities)));
+  for (const CapacitySpec& spec : specs) {
+    CapacityRow row;
+    row.label = spec.label;
+    ReplayConfig rc = o.replay;
+    ASSIGN_OR_RETURN(rc.host, ResolveTier(spec, o.page_bytes, o.slab_bytes, 64));
+    row.capacity_pages = rc.host.slots;
+    ASSIGN_OR_RETURN(row.lru, ReplayTierManager(reqs, rc));
+    row.belady = RunBelady(reqs, row.capacity_pages);
+    std::fprintf(stderr, "kvtier-sim: %s (%llu pages): LRU %.2f%% in %.2f s, Belady %.2f%%\n",
+                 spec.label.c_str(), static_cast<unsigned long long>(row.capacity_pages),
+                 100 * row.lru.hit_rate(), row.lru.seconds, 100 * row.belady.hit_rate());
+    rep.rows.push_back(std::move(row));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunTwoTier(const std::vector<SimRequest>& reqs, const Options& o, SimReport& rep) {
+  const std::string host = absl::GetFlag(FLAGS_host_pages), nvme = absl::GetFlag(FLAGS_nvme_pages);
+  if (host.empty()) return absl::OkStatus();  // both or neither (OptionsFromFlags)
+  ASSIGN_OR_RETURN(CapacitySpec h, ParseCapacity(host));
+  ASSIGN_OR_RETURN(CapacitySpec n, ParseCapacity(nvme));
+  ReplayConfig rc = o.replay;
+  ASSIGN_OR_RETURN(rc.host, ResolveTier(h, o.page_bytes, o.slab_bytes, 64));
+  ASSIGN_OR_RETURN(rc.nvme, ResolveTier(n, o.page_bytes, o.slab_bytes, 4096));
+  TwoTierRun tt{h.label, n.label, rc.host.slots, rc.nvme->slots};
+  ASSIGN_OR_RETURN(tt.lru, ReplayTierManager(reqs, rc));
+  tt.belady = RunBelady(reqs, tt.host_pages + tt.nvme_pages);
+  rep.two_tier = std::move(tt);
+  return absl::OkStatus();
+}
+
+absl::Status Main() {
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(Options o, OptionsFromFlags());
+  if (absl::GetFlag(FLAGS_trace).empty()) return absl::InvalidArgumentError("--trace is required");
+  trace::ParseOptions po;
+  po.stop_on_error = absl::GetFlag(FLAGS_stop_on_error);
+  po.max_requests = static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_max_requests)));
+  ASSIGN_OR_RETURN(trace::Trace t, trace::LoadTrace(absl::GetFlag(FLAGS_trace), po));
+  for (const std::string& s : t.skipped)
+    std::fprintf(stderr, "kvtier-sim: skipped %s\n", s.c_str());
+  trace::PageMapping mapping;
+  mapping.pages_per_block = static_cast<uint32_t>(absl::GetFlag(FLAGS_pages_per_block));
+  const std::vector<SimRequest> reqs = FromTrace(t, mapping);
+
+  SimReport rep;
+  rep.trace = t.source;
+  rep.prefix_model = t.prefix_model;
+  rep.mapping = mapping.Describe(t.block_tokens);
+  rep.policy = DescribePolicy(o);
+  rep.infinite = RunInfinite(reqs);
+  rep.requests = rep.infinite.requests;
+  rep.refs = rep.infinite.refs;
+  rep.unique_pages = rep.infinite.capacity_pages;
+  for (const SimRequest& r : reqs) rep.decode_pages += o.replay.decode ? r.decode.size() : 0;
+  RETURN_IF_ERROR(RunCapacities(reqs, o, rep));
+  RETURN_IF_ERROR(RunTwoTier(reqs, o, rep));
+  rep.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  std::fputs(FormatReport(rep).c_str(), stdout);
+  std::fflush(stdout);
+  if (!absl::GetFlag(FLAGS_json_out).empty()) {
+    RETURN_IF_ERROR(WriteJson(rep, absl::GetFlag(FLAGS_json_out)));
+  }
+  if (!absl::GetFlag(FLAGS_plot).empty()) {
+    RETURN_IF_ERROR(WritePlot(rep, absl::GetFlag(FLAGS_plot)));
+    std::printf("plot written to %s\n", absl::GetFlag(FLAGS_plot).c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kvtier::sim
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kvtier-sim --trace=SPEC [--capacities=1k,4k,16k,32k] [--page_bytes=1MiB] "
+      "[--host_pages=N --nvme_pages=M] [--json_out=F] [--plot=F.png]");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status st = kvtier::sim::Main();
+  if (!st.ok()) {
+    std::fprintf(stderr, "kvtier-sim: %s\n", std::string(st.message()).c_str());
+    return absl::IsFailedPrecondition(st) ? 3 : 2;
+  }
+  return 0;
+}

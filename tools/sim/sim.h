@@ -1,0 +1,53 @@
+// kvtier-sim's common vocabulary: a request as the sim sees it (the page-id
+// chain kvtier-stress looks up and PUTs, plus its decode pages), the result
+// of one policy run, and the page-id to PageKey mapping.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier/page_key.h"
+
+namespace kvtier::sim {
+
+struct SimRequest {
+  // Input page ids, first page first. Prefix-closed: an id names its whole
+  // prefix, so page i's parent is page i-1 (page 0 has none).
+  std::vector<uint64_t> pages;
+  // Pages the decode completes, PUT after the input pages with the last
+  // input page as parent. Never looked up (no later request names them).
+  std::vector<uint64_t> decode;
+};
+
+struct TierHits {
+  std::string tier;  // "host", "nvme"
+  uint64_t hits = 0;
+};
+
+// One policy over one trace at one capacity. Hits are prefix hits: per
+// request, the leading run of input pages present when it arrives.
+struct SimResult {
+  std::string policy;           // "lru" (TierManager), "belady", "infinite"
+  uint64_t capacity_pages = 0;  // 0 for the infinite bound
+  uint64_t requests = 0;
+  uint64_t refs = 0;  // input page references (the hit-rate denominator)
+  uint64_t hits = 0;
+  std::vector<TierHits> tier_hits;  // LRU runs: hits by the tier LOOKUP named
+  // TierManager counters at the end of an LRU run.
+  uint64_t evictions = 0, demotions = 0, promotions = 0, dropped = 0;
+  uint64_t not_stored = 0;  // PUT pages refused (nothing evictable)
+  double seconds = 0;       // wall time of the run
+
+  double hit_rate() const { return refs == 0 ? 0 : static_cast<double>(hits) / refs; }
+  double tier_rate(const std::string& tier) const;
+};
+
+// The PageKey the sim uses for page id `id`: the id little-endian in bytes
+// 0-7 and its complement in bytes 8-15, so no id maps to the zero key that
+// means "no parent". kvtier-stress derives SHA-256 keys instead; the choice
+// only decides which index shard a page lands in (eviction scans each
+// shard's LRU tail), not the policy.
+PageKey KeyForPage(uint64_t id);
+
+}  // namespace kvtier::sim

@@ -1,0 +1,95 @@
+// Runs the sessions of a replay over the trace, in trace order (a shared
+// cursor), paced by the trace's timestamps when time_scale > 0.
+#include "tools/stress/replayer.h"
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kvtier/status_macros.h"
+#include "tools/stress/session.h"
+
+namespace kvtier::stress {
+
+using Clock = std::chrono::steady_clock;
+
+Replayer::Replayer(const StressOptions& o, const trace::Trace& t) : o_(o), trace_(t) {}
+Replayer::~Replayer() = default;
+
+absl::StatusOr<std::unique_ptr<Replayer>> Replayer::Create(const StressOptions& o,
+                                                           const trace::Trace& t) {
+  if (o.concurrency < 1 || o.concurrency > 256)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--concurrency=", o.concurrency, " is not in [1, 256]"));
+  if (o.batch_pages < 1 || o.batch_pages > 4096)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch_pages=", o.batch_pages, " is not in [1, 4096]"));
+  if (o.time_scale < 0)
+    return absl::InvalidArgumentError(absl::StrCat("--time_scale=", o.time_scale, " is < 0"));
+  std::unique_ptr<Replayer> r(new Replayer(o, t));
+  ASSIGN_OR_RETURN(r->layout_, MakeLayout(o, t.block_tokens));
+  r->mapping_.pages_per_block = o.pages_per_block;
+  const SessionContext ctx{.options = &r->o_, .mapping = &r->mapping_,
+                           .block_tokens = t.block_tokens,
+                           .key_salt = TraceSalt(t), .counters = &r->counters_,
+                           .errors = &r->errors_, .stop = &r->stop_};
+  for (int i = 0; i < o.concurrency; ++i) {
+    auto s = Session::Create(ctx, r->layout_, i);
+    if (!s.ok())
+      return absl::Status(s.status().code(), absl::StrCat("session ", i, ": ",
+                                                          s.status().message()));
+    r->sessions_.push_back(std::move(*s));
+  }
+  return r;
+}
+
+std::optional<wire::StatsReply> Replayer::DaemonStats() {
+  ClientOptions co{.endpoint = o_.endpoint, .tenant = o_.tenant, .token = o_.token,
+                   .client_name = "kvtier-stress/stats",
+                   .timeout = std::chrono::milliseconds(o_.timeout_ms)};
+  auto c = Client::Connect(co);
+  if (!c.ok()) return std::nullopt;
+  auto s = (*c)->Stats();
+  if (!s.ok()) return std::nullopt;
+  return *std::move(s);
+}
+
+void Replayer::Work(Session& s, Clock::time_point start) {
+  const size_t n = trace_.requests.size();
+  for (;;) {
+    if (stop_.load()) return;
+    const size_t i = next_.fetch_add(1);
+    if (i >= n) return;
+    const trace::Request& r = trace_.requests[i];
+    if (o_.time_scale > 0) {
+      const auto due = start + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double, std::milli>(r.timestamp_ms *
+                                                                             o_.time_scale));
+      std::this_thread::sleep_until(due);
+    }
+    absl::Status st = s.Replay(r);
+    if (!st.ok()) {
+      Counters::Add(counters_.errors, 1);
+      errors_.Record(absl::StrCat("request ", i, " (trace line ", r.line, "): ", st.ToString()));
+      if (o_.stop_on_error) stop_.store(true);
+    }
+    Counters::Add(counters_.requests, 1);
+  }
+}
+
+ReplayResult Replayer::Run() {
+  ReplayResult res;
+  res.before = DaemonStats();
+  const auto start = Clock::now();
+  std::vector<std::thread> threads;
+  for (auto& s : sessions_) threads.emplace_back([this, &s, start] { Work(*s, start); });
+  for (auto& t : threads) t.join();
+  res.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  res.after = DaemonStats();
+  for (auto& s : sessions_) res.latencies.Merge(s->latencies());
+  res.error_samples = errors_.Kept();
+  res.stopped_early = stop_.load() && next_.load() < trace_.requests.size();
+  return res;
+}
+
+}  // namespace kvtier::stress

@@ -1,0 +1,63 @@
+// One kvtier-stress session: a kvtier::Client with its own registered shm
+// buffer of `batch_pages` slots, replaying requests one at a time. Not
+// thread-safe: each worker thread owns one Session.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kvtier/client.h"
+#include "kvtier/shm_buffer.h"
+#include "tools/stress/stress_options.h"
+#include "tools/stress/stress_stats.h"
+#include "tools/trace/trace.h"
+
+namespace kvtier::stress {
+
+// What the sessions of a run share; all pointees outlive the sessions.
+struct SessionContext {
+  const StressOptions* options = nullptr;
+  const trace::PageMapping* mapping = nullptr;
+  uint32_t block_tokens = 512;
+  uint64_t key_salt = 0;  // TraceSalt()
+  Counters* counters = nullptr;
+  ErrorLog* errors = nullptr;
+  std::atomic<bool>* stop = nullptr;  // set on a corrupt page under stop_on_error
+};
+
+class Session {
+ public:
+  static absl::StatusOr<std::unique_ptr<Session>> Create(const SessionContext& ctx,
+                                                         const Layout& layout, int index);
+  // LOOKUP, GET + verify, PUT misses, PUT decode pages. An error status means
+  // a call failed (the caller counts it); corrupt pages are counted here.
+  absl::Status Replay(const trace::Request& r);
+  Latencies& latencies() { return lat_; }
+
+ private:
+  Session(const SessionContext& ctx) : ctx_(ctx) {}
+  std::vector<PageKey> Keys(absl::Span<const uint64_t> page_ids) const;
+  // LOOKUP in requests of at most kMaxKeys; stops at the first miss.
+  absl::StatusOr<LookupResult> Lookup(absl::Span<const PageKey> keys);
+  // GETs the first `hits` keys; returns how many leading pages were served.
+  absl::StatusOr<uint32_t> GetAndVerify(const trace::Request& r, absl::Span<const PageKey> keys,
+                                        uint32_t hits);
+  void Verify(const trace::Request& r, const PageKey& key, size_t slot, TierKind tier);
+  // PUTs `keys` as a chain below `parent`; stops where the daemon cut it.
+  absl::Status PutChain(absl::Span<const PageKey> keys, const PageKey& parent);
+
+  SessionContext ctx_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<ShmBuffer> shm_;
+  BufferId buffer_ = 0;
+  uint64_t page_bytes_ = 0;
+  uint64_t layout_id_ = 0;
+  std::vector<uint64_t> offsets_;      // slot i at i * page_bytes
+  std::vector<PageKey> slot_key_;      // whose pattern slot i holds (zero: none)
+  Latencies lat_;
+};
+
+}  // namespace kvtier::stress

@@ -1,0 +1,61 @@
+// Counters, quantiles and the error log of a replay.
+#include "tools/stress/stress_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvtier::stress {
+
+uint64_t Counters::GetBytes() const {
+  uint64_t b = 0;
+  for (const auto& t : get_bytes_by_tier) b += t.load(std::memory_order_relaxed);
+  return b;
+}
+
+Sample TakeSample(const Counters& c, double elapsed_s, uint64_t page_bytes) {
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  Sample s;
+  s.elapsed_s = elapsed_s;
+  s.requests = ld(c.requests);
+  s.pages = ld(c.pages);
+  s.hit_pages = ld(c.hit_pages);
+  s.get_bytes = c.GetBytes();
+  s.put_bytes = ld(c.put_stored) * page_bytes;
+  s.errors = ld(c.errors);
+  s.corrupt_pages = ld(c.corrupt_pages);
+  return s;
+}
+
+void Latencies::Merge(const Latencies& o) {
+  lookup_us.insert(lookup_us.end(), o.lookup_us.begin(), o.lookup_us.end());
+  get_us.insert(get_us.end(), o.get_us.begin(), o.get_us.end());
+  put_us.insert(put_us.end(), o.put_us.begin(), o.put_us.end());
+}
+
+Quantiles ComputeQuantiles(std::vector<double>& v) {
+  Quantiles q;
+  q.count = v.size();
+  if (v.empty()) return q;
+  std::sort(v.begin(), v.end());
+  auto rank = [&v](double p) {
+    const size_t r = static_cast<size_t>(std::ceil(p / 100.0 * v.size()));
+    return v[std::clamp<size_t>(r, 1, v.size()) - 1];
+  };
+  q.p50 = rank(50);
+  q.p90 = rank(90);
+  q.p99 = rank(99);
+  q.max = v.back();
+  return q;
+}
+
+void ErrorLog::Record(std::string message) {
+  absl::MutexLock lock(&mu_);
+  if (kept_.size() < kKept) kept_.push_back(std::move(message));
+}
+
+std::vector<std::string> ErrorLog::Kept() const {
+  absl::MutexLock lock(&mu_);
+  return kept_;
+}
+
+}  // namespace kvtier::stress
