@@ -34,7 +34,7 @@ ABSL_FLAG(int, nvme_io_threads, 1, "NVMe I/O threads (one io_uring each)");
 ABSL_FLAG(int, nvme_queue_depth, 64, "NVMe in-flight I/Os per ring");
 ABSL_FLAG(std::string, write_policy, "write-back", "write-back (a page reaches NVMe when RAM evicts it) or write-through (every PUT also written to NVMe before it is acknowledged, so a restart finds it)");
 ABSL_FLAG(bool, promote_on_get, true, "move a page read from NVMe up to the host tier");
-ABSL_FLAG(bool, prefetch_lookahead, false, "LOOKUP starts promoting its NVMe hits to the host tier, pinned until their GET or lease");
+ABSL_FLAG(bool, prefetch_lookahead, true, "LOOKUP starts promoting its NVMe hits to the host tier, pinned until their GET or lease");
 ABSL_FLAG(int, prefetch_threads, 2, "prefetch I/O threads: promotions in flight at once");
 ABSL_FLAG(int, prefetch_lease_ms, 2000, "how long a prefetched page stays pinned waiting for its GET (PREFETCH may ask for another)");
 ABSL_FLAG(int, prefetch_deadline_ms, 1000, "a lookahead promotion not started within this is dropped");

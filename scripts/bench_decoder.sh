@@ -7,6 +7,10 @@
 #     (daemon "host": 2 GiB RAM, no NVMe) vs restored from the NVMe tier
 #     (daemon "nvme": a 32 MiB RAM tier, so the prompt's pages are demoted to
 #     NVMe, and --promote_on_get=false so every GET reads them from there).
+#  3. The same prompt restored from each daemon with whole-page vs layer-wise
+#     GET (the prefill of layer l starts once layer l of every page arrived):
+#     TTFT medians; --suffix_tokens=N appends N new tokens to prefill.
+#     `--mode=layerwise` runs only this one (plus the prefill that stores the pages).
 # Needs a real disk for the NVMe directory: $NVME_BENCH_DIR (default /var/tmp).
 # Extra arguments go to kvtier-decoder-bench (e.g. --mode=decode --repeats=3).
 set -euo pipefail

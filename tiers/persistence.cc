@@ -4,8 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "absl/strings/str_cat.h"
 #include "tiers/tier_manager.h"
@@ -66,73 +64,8 @@ absl::Status TierManager::RecoverPersistent() {
 }
 
 bool TierManager::Promote(PagePin& pin) {
-  Impl& m = *impl_;
-  PageEntry* e = pin.entry_;
-  if (e == nullptr || !m.config.promote_on_get) return false;
-  IndexShard& shard = m.index.ShardFor(e->ns, e->key);
-  size_t from;
-  {
-    absl::MutexLock lock(&shard.mu);
-    // Only a page nobody else is reading may move (readers use its slot).
-    if (e->tier <= m.promote_to || e->detached() || e->pins != 1) return false;
-    from = e->tier;
-  }
-  const NamespaceId ns = e->ns;
-  const Slot old = e->slot;  // stable: we hold the only pin
-  const size_t to = m.promote_to;
-  if (!m.ChargeQuota(ns, to, old.bytes)) return false;
-  absl::StatusOr<Slot> dst = m.AllocateWithEviction(to, old.bytes);
-  Tier& top = *m.tiers[to]->tier;
-  Tier& lower = *m.tiers[from]->tier;
-  if (dst.ok()) {
-    uint8_t* p = top.Address(*dst);
-    bool good = p != nullptr && lower.Read(old, 0, p, old.bytes).ok();
-    if (good && lower.persistent() && XXH3_64bits(p, old.bytes) != e->checksum) {
-      m.tiers[from]->checksum_errors.fetch_add(1, std::memory_order_relaxed);
-      m.DropCorrupt(e);
-      good = false;
-    }
-    if (!good) {
-      top.Free(*dst);
-      dst = absl::InternalError("read failed");
-    }
-  }
-  if (!dst.ok()) {
-    m.Uncharge(ns, to, old.bytes);
-    return false;
-  }
-  bool keep = false;
-  {
-    absl::MutexLock lock(&shard.mu);
-    if (e->detached() || e->pins != 1 || e->tier != from) {
-      top.Free(*dst);
-      m.Uncharge(ns, to, old.bytes);
-      return false;
-    }
-    // Our pin moves with the page.
-    m.tiers[from]->pinned_pages.fetch_sub(1, std::memory_order_relaxed);
-    m.tiers[to]->pinned_pages.fetch_add(1, std::memory_order_relaxed);
-    m.tiers[from]->pages.fetch_sub(1, std::memory_order_relaxed);
-    m.tiers[to]->pages.fetch_add(1, std::memory_order_relaxed);
-    e->slot = *dst;
-    shard.MoveTierLocked(e, static_cast<uint8_t>(to), m.NextStamp());
-    // Write-through keeps the durable copy: the page stays restartable and
-    // its next demotion costs nothing.
-    if (m.config.write_through && lower.persistent() && from == m.tiers.size() - 1) {
-      e->backup = old;
-      e->flags |= PageEntry::kHasBackup;
-      keep = true;
-    }
-  }
-  if (!keep) {
-    PageMeta meta = m.MetaOf(e);
-    if (lower.persistent()) lower.Unpersist(old, meta);
-    lower.Free(old);
-    m.Uncharge(ns, from, old.bytes);
-  }
-  m.tiers[to]->promotions.fetch_add(1, std::memory_order_relaxed);
-  m.KickEvictorIfHigh(to);
-  return true;
+  if (pin.entry_ == nullptr || !impl_->config.promote_on_get) return false;
+  return PromoteTo(pin, impl_->promote_to) == PromoteOutcome::kPromoted;
 }
 
 }  // namespace kvtier::tiers

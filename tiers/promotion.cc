@@ -123,7 +123,10 @@ PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to) {
     m.tiers[to]->pages.fetch_add(1, std::memory_order_relaxed);
     e->slot = *dst;
     shard.MoveTierLocked(e, static_cast<uint8_t>(to), m.NextStamp());
-    // Write-through keeps the durable copy, as Promote does.
+    // Write-through keeps the durable copy: the page stays restartable and
+    // its next demotion costs nothing. Write-back frees it: backups cannot be
+    // evicted, so under write-back they would shrink the NVMe tier by up to
+    // the host tier's size.
     if (m.config.write_through && lower.persistent() && m.IsLastTier(from)) {
       e->backup = old;
       e->flags |= PageEntry::kHasBackup;

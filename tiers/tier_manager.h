@@ -139,7 +139,7 @@ class Reservation {
   size_t tier_index_ = 0;
   Slot slot_;
   uint64_t bytes_ = 0;
-  Slot backup_;              // write-through copy in the last (persistent) tier
+  Slot backup_;              // durable copy in the last (persistent) tier
   bool has_backup_ = false;
   uint64_t checksum_ = 0;
   bool filled_ = false;

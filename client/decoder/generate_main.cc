@@ -35,6 +35,8 @@ ABSL_FLAG(uint32_t, kv_pages, 0, "KV arena pages (0: enough for the prompt and n
 ABSL_FLAG(uint32_t, sliding_window, 0, "attention window in tokens (0: full)");
 ABSL_FLAG(uint32_t, runs, 1, "serve the prompt this many times (reuse shows from run 2)");
 ABSL_FLAG(bool, no_daemon, false, "do not contact kvtierd");
+ABSL_FLAG(bool, layerwise, false,
+          "restore the prefix layer by layer (prefill overlaps the copy; same output)");
 ABSL_FLAG(std::string, endpoint, "", "kvtierd endpoint (default: the default ipc socket)");
 ABSL_FLAG(std::string, tenant, "default", "tenant");
 ABSL_FLAG(std::string, token, "", "tenant token");
@@ -80,9 +82,10 @@ void Report(uint32_t run, const GenerateResult& r) {
   std::string tiers;
   for (kvtier::TierKind t : s.restored_from) absl::StrAppend(&tiers, tiers.empty() ? "" : ",", kvtier::TierKindName(t));
   absl::PrintF("run %u: %s\n", run, text);
-  absl::PrintF("run %u: prompt %u tokens: restored %u (%s), computed %u; TTFT %.1f ms (restore %.1f ms)\n",
+  absl::PrintF("run %u: prompt %u tokens: restored %u (%s), computed %u; TTFT %.1f ms (restore %.1f ms%s)\n",
                run, s.prompt_tokens, s.restored_tokens, tiers.empty() ? "none" : tiers, s.computed_tokens,
-               s.ttft_ms, s.restore_ms);
+               s.ttft_ms, s.restore_ms,
+               s.layerwise ? absl::StrFormat(", layer-wise, prefill waited %.1f ms", s.layer_wait_ms) : "");
   absl::PrintF("run %u: %u new tokens, decode %.1f tokens/s; pages put %u, deduplicated %u, not stored %u (PUT %.1f ms)\n",
                run, s.new_tokens, s.DecodeTokensPerS(), s.pages_put, s.pages_deduplicated,
                s.pages_not_stored, s.put_ms);
@@ -132,6 +135,7 @@ int main(int argc, char** argv) {
   g.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   g.sampling = {float(absl::GetFlag(FLAGS_temperature)), absl::GetFlag(FLAGS_top_k),
                 float(absl::GetFlag(FLAGS_top_p)), absl::GetFlag(FLAGS_sampling_seed)};
+  g.layerwise_restore = absl::GetFlag(FLAGS_layerwise);
   for (uint32_t run = 1; run <= absl::GetFlag(FLAGS_runs); ++run) {
     auto r = s.generator().Generate(*prompt, g);
     if (!r.ok()) return Fail(r.status());

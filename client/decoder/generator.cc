@@ -33,6 +33,58 @@ void Generator::Publish(SeqId seq, absl::Span<const uint32_t> tokens, GenerateSt
   stats->pages_not_stored += put->not_stored;
 }
 
+absl::Status Generator::Prefill(SeqId seq, absl::Span<const uint32_t> prompt, bool layerwise,
+                                GenerateStats* stats, std::vector<float>* logits) {
+  PagedKvCache& cache = model_.cache();
+  if (store_ != nullptr && layerwise && cache.sliding_window() == 0)
+    return PrefillLayerwise(seq, prompt, stats, logits);
+  if (store_ != nullptr) {
+    auto start = Clock::now();
+    auto restored = store_->Restore(seq, prompt);
+    if (restored.ok()) {
+      stats->restored_tokens = restored->tokens;
+      stats->restored_from = restored->tiers;
+    } else {
+      stats->reuse_note = absl::StrCat("restore failed: ", restored.status().ToString());
+      (void)cache.Truncate(seq, 0);
+    }
+    stats->restore_ms = MsSince(start);
+  }
+  stats->computed_tokens = stats->prompt_tokens - stats->restored_tokens;
+  return model_.Forward({{seq, prompt.subspan(stats->restored_tokens)}}, logits);
+}
+
+absl::Status Generator::PrefillLayerwise(SeqId seq, absl::Span<const uint32_t> prompt,
+                                         GenerateStats* stats, std::vector<float>* logits) {
+  stats->layerwise = true;
+  auto pending = store_->StartRestore(seq, prompt);
+  if (!pending.ok()) {
+    stats->reuse_note = absl::StrCat("restore failed: ", pending.status().ToString());
+    (void)model_.cache().Truncate(seq, 0);
+    stats->computed_tokens = stats->prompt_tokens;
+    return model_.Forward({{seq, prompt}}, logits);
+  }
+  PendingRestore& p = **pending;
+  const uint32_t planned = p.planned_tokens();
+  absl::Status st = model_.Forward({{seq, prompt.subspan(planned)}}, logits, false,
+                                   [&p](uint32_t layer) { return p.WaitLayer(layer); });
+  auto restored = p.Finish();
+  stats->restore_ms = p.get_ms();
+  stats->layer_wait_ms = p.wait_ms();
+  if (restored.ok()) {
+    stats->restored_tokens = restored->tokens;
+    stats->restored_from = restored->tiers;
+  } else {
+    stats->reuse_note = absl::StrCat("restore failed: ", restored.status().ToString());
+  }
+  stats->computed_tokens = stats->prompt_tokens - stats->restored_tokens;
+  if (restored.ok() && restored->tokens == planned) return st;
+  // The GET failed or came back short: the pass above read pages that never
+  // arrived. Finish truncated the sequence to what did; compute the rest.
+  stats->redone_tokens = st.ok() ? stats->prompt_tokens - planned : 0;
+  return model_.Forward({{seq, prompt.subspan(stats->restored_tokens)}}, logits);
+}
+
 absl::StatusOr<GenerateResult> Generator::Generate(absl::Span<const uint32_t> prompt,
                                                    const GenerateOptions& options) {
   if (prompt.empty()) return absl::InvalidArgumentError("generate: empty prompt");
@@ -46,19 +98,7 @@ absl::StatusOr<GenerateResult> Generator::Generate(absl::Span<const uint32_t> pr
   Sampler sampler(options.sampling);
   std::vector<float> logits;
   auto start = Clock::now();
-  if (store_ != nullptr) {
-    auto restored = store_->Restore(seq, prompt);
-    if (restored.ok()) {
-      stats.restored_tokens = restored->tokens;
-      stats.restored_from = restored->tiers;
-    } else {
-      stats.reuse_note = absl::StrCat("restore failed: ", restored.status().ToString());
-      (void)cache.Truncate(seq, 0);
-    }
-    stats.restore_ms = MsSince(start);
-  }
-  stats.computed_tokens = stats.prompt_tokens - stats.restored_tokens;
-  absl::Status st = model_.Forward({{seq, prompt.subspan(stats.restored_tokens)}}, &logits);
+  absl::Status st = Prefill(seq, prompt, options.layerwise_restore, &stats, &logits);
   if (!st.ok()) {
     (void)cache.RemoveSequence(seq);
     if (store_) store_->Forget(seq);

@@ -21,12 +21,13 @@ absl::Status KvCacheOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCacheOptions& options) {
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<PagedKvCache> c(new PagedKvCache(options));
-  ASSIGN_OR_RETURN(c->arena_,
-                   ShmBuffer::Create(uint64_t(options.num_pages) * options.layout.PageBytes()));
+  ASSIGN_OR_RETURN(c->arena_, ShmBuffer::Create(kArenaHeaderBytes + uint64_t(options.num_pages) *
+                                                                     options.layout.PageBytes()));
   // Touch the arena now so the first prefill (and the first GET into it)
   // measures work, not page faults.
   std::memset(c->arena_->data(), 0, c->arena_->size());
-  c->view_ = kernels::MakePagedKv(options.layout, c->arena_->data(), options.num_pages);
+  c->view_ = kernels::MakePagedKv(options.layout, c->arena_->data() + kArenaHeaderBytes,
+                                  options.num_pages);
   c->free_.reserve(options.num_pages);
   for (int32_t p = int32_t(options.num_pages) - 1; p >= 0; --p) c->free_.push_back(p);
   return c;

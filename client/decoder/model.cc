@@ -71,7 +71,7 @@ absl::Status Model::CheckChunks(absl::Span<const ForwardChunk> chunks) {
 }
 
 absl::Status Model::Forward(absl::Span<const ForwardChunk> chunks, std::vector<float>* logits,
-                            bool all_logits) {
+                            bool all_logits, const LayerGate& gate) {
   RETURN_IF_ERROR(CheckChunks(chunks));
   const ModelConfig& c = w_.config;
   const int hidden = int(c.hidden_size);
@@ -100,7 +100,7 @@ absl::Status Model::Forward(absl::Span<const ForwardChunk> chunks, std::vector<f
     }
   }
   for (uint32_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (st = Layer(l, chunks); !st.ok()) break;
+    if (st = Layer(l, chunks, gate); !st.ok()) break;
   }
   if (!st.ok()) {
     for (const ForwardChunk& ch : chunks) (void)cache_.Truncate(ch.seq, cache_.Length(ch.seq));
@@ -111,7 +111,8 @@ absl::Status Model::Forward(absl::Span<const ForwardChunk> chunks, std::vector<f
   return absl::OkStatus();
 }
 
-absl::Status Model::Layer(uint32_t l, absl::Span<const ForwardChunk> chunks) {
+absl::Status Model::Layer(uint32_t l, absl::Span<const ForwardChunk> chunks,
+                          const LayerGate& gate) {
   const ModelConfig& c = w_.config;
   const LayerWeights& lw = w_.layers[l];
   const int hidden = int(c.hidden_size), qd = int(c.num_attention_heads * c.head_dim),
@@ -129,6 +130,9 @@ absl::Status Model::Layer(uint32_t l, absl::Span<const ForwardChunk> chunks) {
                  rope_sin_.data());
   ops::ApplyRope(k_.data(), rows_, int(c.num_key_value_heads), int(c.head_dim), rope_cos_.data(),
                  rope_sin_.data());
+  // The projections above need no cache; the scatter below may rewrite a
+  // slot of a restored page, so it must follow that page's layer l.
+  if (gate) RETURN_IF_ERROR(gate(l));
   RETURN_IF_ERROR(Attention(l, chunks));
   ops::Linear(attn_.data(), rows_, qd, lw.o_proj.data(), hidden, x_.data(), /*beta=*/1.0f);
 

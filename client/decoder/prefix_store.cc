@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kvtier/status_macros.h"
+#include "kvtier/test_hooks.h"
 
 namespace kvtier::decoder {
 namespace {
@@ -54,41 +55,58 @@ PrefixStore::~PrefixStore() {
   if (client_) (void)client_->UnregisterBuffer(buffer_);
 }
 
-absl::StatusOr<RestoreResult> PrefixStore::Restore(SeqId seq, absl::Span<const uint32_t> prompt) {
-  RestoreResult r;
+absl::StatusOr<RestorePlan> PrefixStore::Plan(SeqId seq, absl::Span<const uint32_t> prompt) {
+  RestorePlan p;
   if (cache_.Length(seq) != 0)
     return absl::FailedPreconditionError(absl::StrCat("restore: sequence ", seq, " is not empty"));
   const uint32_t tpp = cache_.tokens_per_page();
-  r.pages_looked_up = uint32_t(prompt.size() / tpp);
-  if (r.pages_looked_up == 0) return r;
+  p.pages_looked_up = uint32_t(prompt.size() / tpp);
+  if (p.pages_looked_up == 0) return p;
   std::vector<PageKey> keys =
-      DeriveChain(cache_.layout().Id(), tpp, prompt.first(size_t(r.pages_looked_up) * tpp), root_);
+      DeriveChain(cache_.layout().Id(), tpp, prompt.first(size_t(p.pages_looked_up) * tpp), root_);
   ASSIGN_OR_RETURN(LookupResult hit, client_->Lookup(keys));
-  if (hit.hits == 0) return r;
+  // Tests evict a page here: a hit on LOOKUP that is gone by the GET.
+  KVTIER_SYNC_POINT("decoder.restore.after_lookup");
+  if (hit.hits == 0) return p;
   keys.resize(hit.hits);
   RETURN_IF_ERROR(cache_.Reserve(seq, hit.hits * tpp));
   const std::vector<int32_t>& table = cache_.BlockTable(seq);
-  std::vector<uint64_t> offsets(hit.hits);
-  for (uint32_t i = 0; i < hit.hits; ++i) offsets[i] = cache_.PageOffset(table[i]);
-  auto tiers = client_->Get(keys, buffer_, offsets);
+  for (uint32_t i = 0; i < hit.hits; ++i) p.offsets.push_back(cache_.PageOffset(table[i]));
+  p.keys = std::move(keys);
+  return p;
+}
+
+absl::StatusOr<RestoreResult> PrefixStore::Settle(SeqId seq, uint32_t prompt_tokens, RestorePlan plan,
+                                                  const std::vector<TierKind>& tiers, bool committed) {
+  RestoreResult r;
+  r.pages_looked_up = plan.pages_looked_up;
+  const uint32_t tpp = cache_.tokens_per_page();
+  // A page evicted between LOOKUP and GET ends the usable prefix there.
+  uint32_t got = 0;
+  while (got < tiers.size() && got < plan.keys.size() && tiers[got] != TierKind::kNone) ++got;
+  r.tiers.assign(tiers.begin(), tiers.begin() + got);
+  // Generation needs the logits of the prompt's last token, so when every
+  // prompt token was restored the last one is computed again (its K/V slot
+  // is rewritten in place; the page is already stored).
+  r.tokens = std::min<uint32_t>(got * tpp, prompt_tokens - 1);
+  if (!committed) RETURN_IF_ERROR(cache_.Commit(seq, got * tpp));
+  // Releases pages of a cut-short GET (and, layer-wise, what was computed on them).
+  if (!committed || got < plan.keys.size()) RETURN_IF_ERROR(cache_.Truncate(seq, r.tokens));
+  // The restored pages are stored already; Publish starts after them.
+  plan.keys.resize(got);
+  published_[seq].keys = std::move(plan.keys);
+  return r;
+}
+
+absl::StatusOr<RestoreResult> PrefixStore::Restore(SeqId seq, absl::Span<const uint32_t> prompt) {
+  ASSIGN_OR_RETURN(RestorePlan plan, Plan(seq, prompt));
+  if (plan.keys.empty()) return RestoreResult{.pages_looked_up = plan.pages_looked_up};
+  auto tiers = client_->Get(plan.keys, buffer_, plan.offsets);
   if (!tiers.ok()) {
     (void)cache_.Truncate(seq, 0);
     return tiers.status();
   }
-  // A page evicted between LOOKUP and GET ends the usable prefix there.
-  uint32_t got = 0;
-  while (got < tiers->size() && (*tiers)[got] != TierKind::kNone) ++got;
-  r.tiers.assign(tiers->begin(), tiers->begin() + got);
-  // Generation needs the logits of the prompt's last token, so when every
-  // prompt token was restored the last one is computed again (its K/V slot
-  // is rewritten in place; the page is already stored).
-  r.tokens = std::min<uint32_t>(got * tpp, uint32_t(prompt.size()) - 1);
-  RETURN_IF_ERROR(cache_.Commit(seq, got * tpp));
-  RETURN_IF_ERROR(cache_.Truncate(seq, r.tokens));  // release pages of a cut-short GET
-  // The restored pages are stored already; Publish starts after them.
-  published_[seq].keys = std::move(keys);
-  published_[seq].keys.resize(got);
-  return r;
+  return Settle(seq, uint32_t(prompt.size()), std::move(plan), *tiers, /*committed=*/false);
 }
 
 absl::StatusOr<PutResult> PrefixStore::Publish(SeqId seq, absl::Span<const uint32_t> tokens) {

@@ -15,7 +15,9 @@ TEST(KvCacheTest, PagesFollowTheBlockTable) {
   auto c = PagedKvCache::Create(Opts(8));
   ASSERT_TRUE(c.ok()) << c.status();
   PagedKvCache& cache = **c;
-  EXPECT_EQ(cache.arena().size(), 8 * cache.layout().PageBytes());
+  // A header (the layer-wise GET's progress word), then the pages.
+  EXPECT_EQ(cache.arena().size(), kArenaHeaderBytes + 8 * cache.layout().PageBytes());
+  EXPECT_LE(PagedKvCache::kProgressOffset + 8, cache.PageOffset(0));
   EXPECT_EQ(cache.View().PageBytes(), cache.layout().PageBytes());  // kernels and daemon agree
   SeqId a = cache.AddSequence(), b = cache.AddSequence();
   ASSERT_TRUE(cache.Reserve(a, 17).ok());  // 2 pages
@@ -49,7 +51,9 @@ TEST(KvCacheTest, DistinctPagesDistinctOffsets) {
   std::vector<int32_t> t = (*c)->BlockTable(s);
   std::sort(t.begin(), t.end());
   EXPECT_EQ(t, (std::vector<int32_t>{0, 1, 2, 3}));
-  EXPECT_EQ((*c)->PageOffset(3), 3 * (*c)->layout().PageBytes());
+  EXPECT_EQ((*c)->PageOffset(3), kArenaHeaderBytes + 3 * (*c)->layout().PageBytes());
+  // The kernels' view starts at page 0, past the header.
+  EXPECT_EQ((*c)->View().arena, (*c)->arena().data() + (*c)->PageOffset(0));
 }
 
 TEST(KvCacheTest, SlidingWindowFreesWholePagesOnly) {

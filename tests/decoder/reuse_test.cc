@@ -3,11 +3,16 @@
 // from scratch (logits within tolerance) and restores the expected number of
 // tokens, for prompts on, just past and short of page boundaries; pages
 // completed during decode are stored too; kvtier-generate runs with and
-// without a daemon.
+// without a daemon. Layer-wise restore (the daemon's layer-wise GET, prefill
+// gated per layer) gives exactly the output of whole-page restore, also when
+// a page looked up is gone by the GET.
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "kvtier/decoder/generator.h"
 #include "kvtier/decoder/prefix_store.h"
+#include "kvtier/test_hooks.h"
 #include "tests/decoder/decoder_test_util.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -34,9 +39,11 @@ class ReuseTest : public itest::DaemonTest {
     store_.reset();
     DaemonTest::TearDown();
   }
-  GenerateResult Run(const std::vector<uint32_t>& prompt, bool reuse, uint32_t n = 8) {
+  GenerateResult Run(const std::vector<uint32_t>& prompt, bool reuse, uint32_t n = 8,
+                     bool layerwise = false) {
     Generator g(m_.model.get(), reuse ? store_.get() : nullptr);
-    auto r = g.Generate(prompt, {.max_new_tokens = n, .keep_logits = true});
+    auto r = g.Generate(prompt, {.max_new_tokens = n, .keep_logits = true,
+                                 .layerwise_restore = layerwise});
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *std::move(r) : GenerateResult{};
   }
@@ -124,6 +131,109 @@ TEST_F(ReuseTest, GenerateToolRunsWithAndWithoutDaemon) {
   EXPECT_NE(n.out.find("no daemon (no socket at"), std::string::npos) << n.out;
   EXPECT_NE(n.out.find("restored 0 (none), computed 44"), std::string::npos) << n.out;
   EXPECT_EQ(line(n.out, "run 1: "), line(r.out, "run 1: "));  // same tokens either way
+  auto layerwise = with;  // the pages are stored now: both runs restore
+  layerwise.push_back("--layerwise");
+  itest::CommandResult l = itest::RunCommand(layerwise, 60000);
+  ASSERT_EQ(l.exit_code, 0) << l.out << l.err;
+  EXPECT_NE(l.out.find("run 1: prompt 44 tokens: restored 32 (host,host), computed 12"), std::string::npos)
+      << l.out;
+  EXPECT_NE(l.out.find(", layer-wise, prefill waited"), std::string::npos) << l.out;
+  EXPECT_EQ(line(l.out, "run 1: "), line(r.out, "run 1: "));
+}
+
+TEST_F(ReuseTest, LayerwiseRestoreGivesTheSameOutput) {
+  const std::pair<uint32_t, uint32_t> cases[] = {{10, 0}, {16, 15}, {17, 16}, {33, 32}, {50, 48}};
+  uint32_t salt = 100;
+  for (auto [len, expect_restored] : cases) {
+    std::vector<uint32_t> prompt = PromptTokens(len, ++salt);
+    GenerateResult scratch = Run(prompt, /*reuse=*/false);
+    GenerateResult cold = Run(prompt, /*reuse=*/true, 8, /*layerwise=*/true);  // stores the pages
+    EXPECT_EQ(cold.stats.restored_tokens, 0u) << len;
+    EXPECT_EQ(cold.tokens, scratch.tokens) << len;
+    GenerateResult whole = Run(prompt, /*reuse=*/true);
+    GenerateResult lw = Run(prompt, /*reuse=*/true, 8, /*layerwise=*/true);
+    EXPECT_TRUE(lw.stats.layerwise) << len;
+    EXPECT_FALSE(whole.stats.layerwise) << len;
+    EXPECT_EQ(lw.stats.reuse_note, "") << len;
+    EXPECT_EQ(lw.stats.redone_tokens, 0u) << len;
+    EXPECT_EQ(lw.stats.restored_tokens, expect_restored) << len;
+    EXPECT_EQ(whole.stats.restored_tokens, expect_restored) << len;
+    EXPECT_EQ(lw.stats.restored_from, whole.stats.restored_from) << len;
+    EXPECT_EQ(lw.tokens, scratch.tokens) << len;
+    EXPECT_EQ(whole.tokens, scratch.tokens) << len;
+    // The same bytes restored and the same arithmetic: identical logits.
+    EXPECT_EQ(lw.logits, whole.logits) << len;
+  }
+  EXPECT_EQ(m_.cache->free_pages(), m_.cache->num_pages());
+}
+
+TEST_F(ReuseTest, LayerwiseRestoreDeliversEveryLayerOfEveryPage) {
+  std::vector<uint32_t> prompt = PromptTokens(64, 9);  // 4 pages
+  Run(prompt, /*reuse=*/true);
+  TinyModel fresh = MakeTiny(kTpp, Dtype::kFp16, /*pages=*/32);  // a zeroed arena
+  auto store = PrefixStore::Connect(itest::Options(daemon_->endpoint()), fresh.cache.get(),
+                                    ModelFingerprint(*fresh.weights));
+  ASSERT_TRUE(store.ok()) << store.status();
+  SeqId seq = fresh.cache->AddSequence();
+  auto pending = (*store)->StartRestore(seq, prompt);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_EQ((*pending)->planned_tokens(), 63u);
+  EXPECT_EQ(fresh.cache->Length(seq), 63u);  // recorded before the bytes arrive
+  const uint32_t layers = fresh.cache->layout().layers;
+  for (uint32_t l = 0; l < layers; ++l) EXPECT_TRUE((*pending)->WaitLayer(l).ok()) << l;
+  auto restored = (*pending)->Finish();
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->tokens, 63u);
+  EXPECT_EQ(restored->tiers.size(), 4u);
+  EXPECT_EQ((*pending)->WaitLayer(layers).code(), absl::StatusCode::kAborted);
+  uint64_t progress;
+  std::memcpy(&progress, fresh.cache->arena().data() + PagedKvCache::kProgressOffset, 8);
+  EXPECT_EQ(progress, layers);  // the daemon's counter, in the arena header
+  // Every byte of every page equals the stored page.
+  auto keys = DeriveChain(fresh.cache->layout().Id(), kTpp, absl::MakeConstSpan(prompt),
+                          ModelFingerprint(*fresh.weights));
+  auto pages = (*store)->client().GetInline(keys);  // a session of the same layout
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  const std::vector<int32_t>& table = fresh.cache->BlockTable(seq);
+  ASSERT_EQ(table.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const uint8_t* got = fresh.cache->arena().data() + fresh.cache->PageOffset(table[i]);
+    ASSERT_EQ((*pages)[i].size(), fresh.cache->layout().PageBytes());
+    EXPECT_EQ(std::memcmp(got, (*pages)[i].data(), (*pages)[i].size()), 0) << "page " << i;
+  }
+}
+
+TEST_F(ReuseTest, PageGoneByTheGetIsRecomputed) {
+  if (!test_hooks::kEnabled) GTEST_SKIP() << "built without KVTIER_TEST_HOOKS";
+  std::vector<uint32_t> prompt = PromptTokens(50, 31);  // 3 full pages
+  GenerateResult scratch = Run(prompt, /*reuse=*/false);
+  const auto keys = DeriveChain(m_.cache->layout().Id(), kTpp, absl::MakeConstSpan(prompt).first(48),
+                                ModelFingerprint(*m_.weights));
+  std::unique_ptr<Client> other = Connect();
+  auto& sync = test_hooks::SyncPoints::Get();
+  sync.SetCallback("decoder.restore.after_lookup", [&](void*) {
+    auto n = other->Delete(absl::MakeConstSpan(keys).subspan(1, 1));  // page 1: hit, then gone
+    EXPECT_TRUE(n.ok() && *n == 1u) << n.status();
+  });
+  for (bool layerwise : {false, true}) {
+    Run(prompt, /*reuse=*/true);  // (re)stores all three pages
+    sync.EnableProcessing();
+    GenerateResult r = Run(prompt, /*reuse=*/true, 8, layerwise);
+    sync.DisableProcessing();
+    EXPECT_EQ(r.stats.restored_tokens, 16u) << layerwise;  // page 0 only
+    EXPECT_EQ(r.stats.computed_tokens, 34u) << layerwise;
+    // Layer-wise prefilled the 2 tokens after page 2 before the reply told
+    // that page 1 was missing; those are computed again.
+    EXPECT_EQ(r.stats.redone_tokens, layerwise ? 2u : 0u);
+    EXPECT_EQ(r.stats.reuse_note, "") << layerwise;
+    EXPECT_EQ(r.tokens, scratch.tokens) << layerwise;
+    for (size_t i = 0; i < scratch.logits.size(); ++i) {
+      std::vector<double> ref(scratch.logits[i].begin(), scratch.logits[i].end());
+      EXPECT_LT(MaxAbsDiff(r.logits[i].data(), ref.data(), ref.size()), kLogitTol) << i;
+    }
+  }
+  sync.ClearAll();
+  EXPECT_EQ(m_.cache->free_pages(), m_.cache->num_pages());
 }
 
 }  // namespace

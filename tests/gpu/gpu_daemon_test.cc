@@ -25,7 +25,8 @@ TEST(GpuDaemonTest, PutAndGetThroughCudaIpcBufferOverEveryTier) {
   if (!GpuArena::CudaAvailable(&why)) GTEST_SKIP() << "no usable CUDA device (" << why << ")";
   DaemonOptions o;
   o.nvme = true;
-  o.flags = {"--hbm_device=cuda", "--hbm_bytes=2MiB", "--host_bytes=2MiB"};
+  o.flags = {"--hbm_device=cuda", "--hbm_bytes=2MiB", "--host_bytes=2MiB",
+             "--prefetch_lookahead=false"};  // LOOKUP must not move pages before the GETs
   auto d = DaemonProcess::Start(o, "default", "", 60000);  // CUDA init is slow
   ASSERT_TRUE(d.ok()) << d.status();
   auto c = Client::Connect(Options((*d)->endpoint()));

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -173,6 +174,25 @@ TEST(EmulatedDeviceTest, ImportErrorsNameTheProblem) {
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_NE(st.message().find("smaller than 8192"), std::string::npos) << st;
   EXPECT_FALSE(dev->ExportHandle(static_cast<uint8_t*>(*mem) + 64).ok());
+  dev->Free(*mem);
+}
+
+// The HBM pool is not exportable: the emulated device names no shm object
+// for it, so a daemon killed with SIGKILL leaves nothing in /dev/shm.
+TEST(EmulatedDeviceTest, NonExportableMemoryHasNoName) {
+  auto dev = CreateEmulatedDevice();
+  auto before = std::distance(std::filesystem::directory_iterator("/dev/shm"),
+                              std::filesystem::directory_iterator());
+  auto mem = dev->Allocate(1 << 20, /*exportable=*/false);
+  ASSERT_TRUE(mem.ok());
+  auto after = std::distance(std::filesystem::directory_iterator("/dev/shm"),
+                             std::filesystem::directory_iterator());
+  EXPECT_EQ(after, before);
+  EXPECT_TRUE(absl::IsInvalidArgument(dev->ExportHandle(*mem).status()));
+  std::vector<uint8_t> in = Pattern(1 << 20, 2), out(1 << 20);
+  ASSERT_TRUE(dev->Copy(CopyKind::kHostToDevice, {{*mem, in.data(), in.size()}}).ok());
+  ASSERT_TRUE(dev->Copy(CopyKind::kDeviceToHost, {{out.data(), *mem, out.size()}}).ok());
+  EXPECT_EQ(in, out);
   dev->Free(*mem);
 }
 

@@ -32,7 +32,10 @@ class HbmDaemonTest : public ::testing::Test {
   void SetUp() override {
     DaemonOptions o;
     o.nvme = true;
-    o.flags = {"--hbm_device=emulated", "--hbm_bytes=2MiB", "--host_bytes=2MiB"};
+    // No lookahead: a LOOKUP must not move pages before the GET that checks
+    // each tier's copy path.
+    o.flags = {"--hbm_device=emulated", "--hbm_bytes=2MiB", "--host_bytes=2MiB",
+               "--prefetch_lookahead=false"};
     auto d = DaemonProcess::Start(o);
     ASSERT_TRUE(d.ok()) << d.status();
     daemon_ = *std::move(d);

@@ -308,11 +308,13 @@ TEST_F(EvictionTest, NewestChainSurvivesPressureOldestIsGone) {
 }
 
 // 4 MiB host tier over a 64 MiB NVMe tier: host evictions demote, GET of a
-// demoted page reads it back byte-exact (and promotes it to host).
+// demoted page reads it back byte-exact (and promotes it to host). Lookahead
+// is off so the GET itself reads NVMe (tests/prefetch covers lookahead).
 class NvmeDemotionTest : public DaemonTest {
  protected:
   DaemonOptions DaemonOpts() const override {
-    return {.flags = {"--host_bytes=4MiB", "--host_slab_bytes=1MiB"}, .nvme = true};
+    return {.flags = {"--host_bytes=4MiB", "--host_slab_bytes=1MiB", "--prefetch_lookahead=false"},
+            .nvme = true};
   }
   void SetUp() override {
     auto d = DaemonProcess::Start(DaemonOpts());

@@ -195,7 +195,11 @@ std::unique_ptr<Client> Open(const std::string& endpoint) {
 // stored after the flush (RAM only, write-back) does not.
 TEST(KvtierctlFlushTest, FlushedPagesSurviveARestart) {
   TempDir state;
-  DaemonOptions opts{.flags = {"--state_dir=" + state.File("s")}, .nvme = true};
+  // Lookahead off: the LOOKUP below must not promote the flushed pages back
+  // to RAM (under write-back a promoted page leaves NVMe, and would then not
+  // survive the restart this test checks).
+  DaemonOptions opts{.flags = {"--state_dir=" + state.File("s"), "--prefetch_lookahead=false"},
+                     .nvme = true};
   auto d = DaemonProcess::Start(opts);
   ASSERT_TRUE(d.ok()) << d.status();
   const auto flushed = MakeChain(SmallLayout(), 41, 5);

@@ -14,7 +14,7 @@ namespace {
 PageKey Key(uint64_t id) { return stress::KeyForPage(0x1234, 0x5678, id); }
 
 TEST(FastPatternTest, IntactPagesPassAtOddSizes) {
-  for (uint64_t n : {0ull, 1ull, 7ull, 8ull, 4095ull, 4096ull, 4100ull, 65536ull + 3}) {
+  for (uint64_t n : std::vector<uint64_t>{0, 1, 7, 8, 4095, 4096, 4100, 65536 + 3}) {
     std::vector<uint8_t> page(n);
     FillFastPattern(Key(1), page.data(), n);
     EXPECT_EQ(CheckFastPattern(Key(1), page.data(), n), n) << n;
@@ -24,7 +24,7 @@ TEST(FastPatternTest, IntactPagesPassAtOddSizes) {
 TEST(FastPatternTest, FindsTheFirstWrongByte) {
   const uint64_t n = 65536 + 5;
   std::vector<uint8_t> page(n);
-  for (uint64_t at : {0ull, 1ull, 4095ull, 4096ull, 40000ull, n - 6, n - 1}) {
+  for (uint64_t at : std::vector<uint64_t>{0, 1, 4095, 4096, 40000, n - 6, n - 1}) {
     FillFastPattern(Key(2), page.data(), n);
     page[at] ^= 0x10;
     EXPECT_EQ(CheckFastPattern(Key(2), page.data(), n), at);

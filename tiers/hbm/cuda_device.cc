@@ -62,7 +62,7 @@ class CudaDevice final : public Device {
   int ordinal() const override { return ordinal_; }
   int streams() const override { return static_cast<int>(streams_.size()); }
 
-  absl::StatusOr<void*> Allocate(uint64_t bytes) override {
+  absl::StatusOr<void*> Allocate(uint64_t bytes, bool exportable) override {
     cudaSetDevice(ordinal_);
     void* p = nullptr;
     KVTIER_CUDA_RETURN(cudaMalloc(&p, bytes), absl::StrCat("cudaMalloc(", bytes, ")"));

@@ -60,8 +60,10 @@ class Device {
   // Copy streams; CopyAsync's `stream` is taken modulo this.
   virtual int streams() const = 0;
 
-  // Device memory that ExportHandle can share. Thread-safe.
-  virtual absl::StatusOr<void*> Allocate(uint64_t bytes) = 0;
+  // Device memory; ExportHandle can share it when `exportable`. Thread-safe.
+  // (The emulated device names its memory only then, so a killed process
+  // leaves no shm object behind for a pool nobody imports.)
+  virtual absl::StatusOr<void*> Allocate(uint64_t bytes, bool exportable = true) = 0;
   virtual void Free(void* ptr) = 0;
 
   // Pins a host range (the host tier's arena) so copies to and from it are

@@ -48,7 +48,7 @@ class EmulatedDevice final : public Device {
     absl::MutexLock lock(&mu_);
     for (auto& [base, m] : maps_) {
       munmap(base, m.bytes);
-      if (!m.name.empty()) shm_unlink(m.name.c_str());
+      if (!m.name.empty() && !m.imported) shm_unlink(m.name.c_str());  // imports are not ours
     }
   }
 
@@ -56,7 +56,7 @@ class EmulatedDevice final : public Device {
   bool emulated() const override { return true; }
   int streams() const override { return static_cast<int>(streams_.size()); }
 
-  absl::StatusOr<void*> Allocate(uint64_t bytes) override {
+  absl::StatusOr<void*> Allocate(uint64_t bytes, bool exportable) override {
     static std::atomic<uint64_t> seq{0};
     if (bytes == 0) return absl::InvalidArgumentError("device allocation of 0 bytes");
     std::string name = absl::StrCat("/kvtier-emu-", getpid(), "-", seq++);
@@ -78,6 +78,10 @@ class EmulatedDevice final : public Device {
       shm_unlink(name.c_str());
       return absl::ResourceExhaustedError(
           absl::StrCat("emulated device: mmap of ", bytes, " bytes: ", strerror(err)));
+    }
+    if (!exportable) {
+      shm_unlink(name.c_str());
+      name.clear();
     }
     absl::MutexLock lock(&mu_);
     maps_[static_cast<uint8_t*>(p)] = Mapping{bytes, std::move(name), false};
@@ -112,9 +116,10 @@ class EmulatedDevice final : public Device {
   absl::StatusOr<std::string> ExportHandle(void* ptr) override {
     absl::MutexLock lock(&mu_);
     auto it = maps_.find(static_cast<uint8_t*>(ptr));
-    if (it == maps_.end() || it->second.imported)
+    if (it == maps_.end() || it->second.imported || it->second.name.empty())
       return absl::InvalidArgumentError(
-          "emulated device: export of a pointer that is not the start of an allocation");
+          "emulated device: export of a pointer that is not the start of an exportable "
+          "allocation");
     return it->second.name;
   }
 

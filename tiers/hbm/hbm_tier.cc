@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<HbmTier>> HbmTier::Create(const HbmTierConfig& co
   if (device == nullptr) return absl::InvalidArgumentError("hbm tier needs a device");
   RETURN_IF_ERROR(config.Validate());
   ASSIGN_OR_RETURN(auto arena, SlabArena::Create(config.capacity_bytes, config.slab_bytes));
-  ASSIGN_OR_RETURN(void* pool, device->Allocate(arena->capacity()));
+  ASSIGN_OR_RETURN(void* pool, device->Allocate(arena->capacity(), /*exportable=*/false));
   return std::unique_ptr<HbmTier>(
       new HbmTier(std::move(device), static_cast<uint8_t*>(pool), std::move(arena)));
 }

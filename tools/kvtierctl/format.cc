@@ -55,6 +55,19 @@ void PrintLatencyTable(const wire::StatsReply& s) {
   }
 }
 
+// Prefetch counters are daemon-wide (admin sessions only).
+void PrintPrefetch(const wire::StatsReply& s) {
+  if (!s.has_prefetch()) return;
+  const auto& p = s.prefetch();
+  std::printf("\nprefetch: issued %lu, in time %lu, late %lu, wasted %lu, dropped %lu, "
+              "demand waited %lu; promoted %lu pages (%s); queued %lu, in flight %lu, leased %lu\n",
+              (unsigned long)p.issued(), (unsigned long)p.completed_in_time(),
+              (unsigned long)p.late(), (unsigned long)p.wasted(), (unsigned long)p.dropped(),
+              (unsigned long)p.demand_waited(), (unsigned long)p.promoted_pages(),
+              Bytes(p.promoted_bytes()).c_str(), (unsigned long)p.queued(),
+              (unsigned long)p.inflight(), (unsigned long)p.leased_pages());
+}
+
 void PrintStatsTables(const wire::StatsReply& s) {
   const auto& d = s.daemon();
   std::printf("kvtierd %s  up %.1f s  sessions %u  requests %lu (errors %lu)\n", d.version().c_str(),
@@ -93,6 +106,7 @@ void PrintStatsTables(const wire::StatsReply& s) {
                 Percent(n.get_hits(), n.get_misses()).c_str(), (unsigned long)n.puts(),
                 (unsigned long)n.dedup_puts(), (unsigned long)n.quota_evictions());
   }
+  PrintPrefetch(s);
   PrintLatencyTable(s);
 }
 

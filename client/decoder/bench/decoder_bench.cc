@@ -5,6 +5,9 @@
 //          from the host tier (--endpoint) and from the NVMe tier
 //          (--nvme_endpoint: a daemon with a tiny host tier and
 //          --promote_on_get=false, so its pages stay on NVMe).
+//  layerwise: the same prompt (plus --suffix_tokens new ones) restored from
+//          each daemon with whole-page vs layer-wise GET (prefill of layer l
+//          starts once layer l of every page has arrived): TTFT medians.
 // scripts/bench_decoder.sh starts the daemons and runs both.
 #include <algorithm>
 #include <chrono>
@@ -14,12 +17,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "kvtier/decoder/sampler.h"
 #include "kvtier/decoder/session.h"
 
-ABSL_FLAG(std::string, mode, "all", "decode, ttft or all");
+ABSL_FLAG(std::string, mode, "all", "decode, ttft, layerwise or all");
 ABSL_FLAG(std::string, size, "124m", "random weights of this named size");
 ABSL_FLAG(std::string, model, "", "or a checkpoint directory");
 ABSL_FLAG(uint32_t, decode_prompt_tokens, 4, "decode: prompt length");
@@ -31,6 +35,9 @@ ABSL_FLAG(uint32_t, tokens_per_page, 256, "tokens per KV page");
 ABSL_FLAG(std::string, kv_dtype, "fp16", "KV page dtype");
 ABSL_FLAG(std::string, endpoint, "", "ttft: kvtierd whose pages stay in the host tier");
 ABSL_FLAG(std::string, nvme_endpoint, "", "ttft: kvtierd whose pages sit on NVMe (empty: skip)");
+ABSL_FLAG(bool, layerwise, false, "ttft: restore with the layer-wise GET");
+ABSL_FLAG(uint32_t, suffix_tokens, 0,
+          "layerwise: new tokens after the stored prompt (prefill work to overlap with the copy)");
 
 namespace {
 
@@ -138,17 +145,23 @@ void WaitForTier(PrefixStore& store, const std::vector<kvtier::PageKey>& keys, k
   absl::PrintF("  (warning: pages did not reach tier %s within 60 s)\n", kvtier::TierKindName(tier));
 }
 
+GenerateResult Once(DecoderSession& s, PrefixStore* store, const std::vector<uint32_t>& prompt,
+                    bool layerwise) {
+  Generator g(&s.model(), store);
+  return Check(g.Generate(prompt, {.max_new_tokens = 4, .stop_at_eos = false,
+                                   .layerwise_restore = layerwise}));
+}
+
 struct Warm {
   double ttft_ms, restore_ms;
   GenerateResult last;
 };
 
 Warm Restored(DecoderSession& s, PrefixStore* store, const std::vector<uint32_t>& prompt) {
-  Generator g(&s.model(), store);
   std::vector<double> ttft, restore;
   GenerateResult last;
   for (uint32_t r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
-    last = Check(g.Generate(prompt, {.max_new_tokens = 4, .stop_at_eos = false}));
+    last = Once(s, store, prompt, absl::GetFlag(FLAGS_layerwise));
     ttft.push_back(last.stats.ttft_ms);
     restore.push_back(last.stats.restore_ms);
   }
@@ -162,62 +175,125 @@ std::string Tiers(const GenerateStats& st) {
                          st.restored_tokens, st.computed_tokens, host, nvme);
 }
 
-void TtftBench() {
-  const uint32_t n = absl::GetFlag(FLAGS_prompt_tokens), tpp = absl::GetFlag(FLAGS_tokens_per_page);
-  const std::string nvme_ep = absl::GetFlag(FLAGS_nvme_endpoint);
-  auto s = MakeSession((n + 4 + tpp - 1) / tpp + 1, absl::GetFlag(FLAGS_endpoint));
+// A session whose prompt's pages are stored in the daemon(s), and the
+// recompute baseline measured while computing them.
+struct Prepared {
+  std::unique_ptr<DecoderSession> s;
   std::unique_ptr<PrefixStore> nvme;
-  if (!nvme_ep.empty()) {
-    kvtier::ClientOptions o{.endpoint = nvme_ep, .client_name = "kvtier-decoder-bench",
+  std::vector<uint32_t> prompt;
+  std::vector<kvtier::PageKey> keys;  // the prompt's pages a restore reads
+  double recompute_ms = 0;
+  size_t recompute_runs = 0;
+  uint32_t first = 0;  // first token after the prompt, computed from scratch
+};
+
+Prepared Prepare(uint32_t extra_tokens) {
+  Prepared p;
+  const uint32_t n = absl::GetFlag(FLAGS_prompt_tokens), tpp = absl::GetFlag(FLAGS_tokens_per_page);
+  p.s = MakeSession((n + extra_tokens + 4 + tpp - 1) / tpp + 1, absl::GetFlag(FLAGS_endpoint));
+  if (const std::string ep = absl::GetFlag(FLAGS_nvme_endpoint); !ep.empty()) {
+    kvtier::ClientOptions o{.endpoint = ep, .client_name = "kvtier-decoder-bench",
                             .timeout = std::chrono::milliseconds(120000)};
-    nvme = Check(PrefixStore::Connect(o, &s->cache(), ModelFingerprint(s->weights())));
+    p.nvme = Check(PrefixStore::Connect(o, &p.s->cache(), ModelFingerprint(p.s->weights())));
   }
-  std::vector<uint32_t> prompt = BenchPrompt(n);
+  p.prompt = BenchPrompt(n);
   // Recompute: the full prefill, exactly what Generate does without a store.
   std::vector<double> recompute;
-  uint32_t first = 0;
-  for (uint32_t r = 0; r < absl::GetFlag(FLAGS_recompute_repeats); ++r) {
-    SeqId seq = s->cache().AddSequence();
+  for (uint32_t r = 0; r < std::max(1u, absl::GetFlag(FLAGS_recompute_repeats)); ++r) {
+    SeqId seq = p.s->cache().AddSequence();
     std::vector<float> logits;
     auto t0 = Clock::now();
-    if (auto st = s->model().Forward({{seq, prompt}}, &logits); !st.ok()) Die(st);
-    first = Argmax(logits);
+    if (auto st = p.s->model().Forward({{seq, p.prompt}}, &logits); !st.ok()) Die(st);
+    p.first = Argmax(logits);
     recompute.push_back(Ms(t0));
     if (r == 0) {  // store the computed pages in both daemons
-      Check(s->store()->Publish(seq, prompt));
-      if (nvme) Check(nvme->Publish(seq, prompt));
+      Check(p.s->store()->Publish(seq, p.prompt));
+      if (p.nvme) Check(p.nvme->Publish(seq, p.prompt));
     }
-    (void)s->cache().RemoveSequence(seq);
+    (void)p.s->cache().RemoveSequence(seq);
   }
-  const double rc = Median(recompute);
-  absl::PrintF("ttft: %u-token prompt\n  recompute            %9.1f ms (%zu run(s))\n", n, rc, recompute.size());
-  const auto keys = kvtier::DeriveChain(s->cache().layout().Id(), tpp,
-                                        absl::MakeConstSpan(prompt).first((n - 1) / tpp * tpp),
-                                        ModelFingerprint(s->weights()));
-  Warm host = Restored(*s, s->store(), prompt);
+  p.recompute_ms = Median(recompute);
+  p.recompute_runs = recompute.size();
+  p.keys = kvtier::DeriveChain(p.s->cache().layout().Id(), tpp,
+                               absl::MakeConstSpan(p.prompt).first((n - 1) / tpp * tpp),
+                               ModelFingerprint(p.s->weights()));
+  return p;
+}
+
+void TtftBench(Prepared& p) {
+  const double rc = p.recompute_ms;
+  const char* how = absl::GetFlag(FLAGS_layerwise) ? "layer-wise" : "whole-page";
+  absl::PrintF("ttft: %zu-token prompt (%s restore)\n  recompute            %9.1f ms (%zu run(s))\n",
+               p.prompt.size(), how, rc, p.recompute_runs);
+  Warm host = Restored(*p.s, p.s->store(), p.prompt);
   absl::PrintF("  restored from host   %9.1f ms (GET %.1f ms; median of %u) -> %.0fx; %s; same first token: %s\n",
                host.ttft_ms, host.restore_ms, absl::GetFlag(FLAGS_repeats), rc / host.ttft_ms,
-               Tiers(host.last.stats), host.last.tokens[0] == first ? "yes" : "NO");
-  if (!nvme) return;
-  WaitForTier(*nvme, keys, kvtier::TierKind::kNvme, keys.size() - 2);
-  Warm nv = Restored(*s, nvme.get(), prompt);
+               Tiers(host.last.stats), host.last.tokens[0] == p.first ? "yes" : "NO");
+  if (!p.nvme) return;
+  WaitForTier(*p.nvme, p.keys, kvtier::TierKind::kNvme, p.keys.size() - 2);
+  Warm nv = Restored(*p.s, p.nvme.get(), p.prompt);
   absl::PrintF("  restored from NVMe   %9.1f ms (GET %.1f ms; median of %u) -> %.0fx; %s; same first token: %s\n",
                nv.ttft_ms, nv.restore_ms, absl::GetFlag(FLAGS_repeats), rc / nv.ttft_ms, Tiers(nv.last.stats),
-               nv.last.tokens[0] == first ? "yes" : "NO");
+               nv.last.tokens[0] == p.first ? "yes" : "NO");
   absl::PrintF("  same 4 tokens host vs NVMe restore: %s\n", host.last.tokens == nv.last.tokens ? "yes" : "NO");
+}
+
+// Whole-page vs layer-wise restore of `prompt` from one daemon, alternating
+// (and alternating which goes first) so drift hits both alike.
+void CompareRestores(const char* where, Prepared& p, PrefixStore* store,
+                     const std::vector<uint32_t>& prompt) {
+  std::vector<double> ttft[2], get[2], wait;
+  GenerateResult last[2];
+  bool same = true;
+  for (uint32_t r = 0; r < absl::GetFlag(FLAGS_repeats); ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const int lw = (k + int(r)) % 2;
+      last[lw] = Once(*p.s, store, prompt, lw == 1);
+      ttft[lw].push_back(last[lw].stats.ttft_ms);
+      get[lw].push_back(last[lw].stats.restore_ms);
+      if (lw == 1) wait.push_back(last[1].stats.layer_wait_ms);
+    }
+    same = same && last[0].tokens == last[1].tokens &&
+           last[0].stats.restored_tokens == last[1].stats.restored_tokens;
+  }
+  const double w = Median(ttft[0]), l = Median(ttft[1]);
+  absl::PrintF("  %-4s whole-page  TTFT %8.1f ms  (GET %.1f ms, then prefill %.1f ms)\n", where, w,
+               Median(get[0]), w - Median(get[0]));
+  absl::PrintF("  %-4s layer-wise  TTFT %8.1f ms  (GET %.1f ms; prefill blocked on layers %.1f ms) "
+               "-> %.2fx; %s\n", where, l, Median(get[1]), Median(wait), w / l, Tiers(last[1].stats));
+  absl::PrintF("  %-4s same tokens and restore count both ways: %s (medians of %u)\n", where,
+               same ? "yes" : "NO", absl::GetFlag(FLAGS_repeats));
+}
+
+// Layer-wise vs whole-page TTFT, from host RAM and from NVMe. The prompt is
+// the stored one plus --suffix_tokens new tokens (0: the stored prompt, whose
+// last token alone is computed).
+void LayerwiseBench(Prepared& p) {
+  const uint32_t extra = absl::GetFlag(FLAGS_suffix_tokens);
+  std::vector<uint32_t> prompt = BenchPrompt(uint32_t(p.prompt.size()) + extra);
+  absl::PrintF("layerwise: %zu-token prompt whose first %zu tokens were stored as pages\n",
+               prompt.size(), p.prompt.size());
+  CompareRestores("host", p, p.s->store(), prompt);
+  if (!p.nvme) return;
+  WaitForTier(*p.nvme, p.keys, kvtier::TierKind::kNvme, p.keys.size() - 2);
+  CompareRestores("NVMe", p, p.nvme.get(), prompt);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("kvtier-decoder-bench --mode=decode|ttft|all [--endpoint=... --nvme_endpoint=...]");
+  absl::SetProgramUsageMessage("kvtier-decoder-bench --mode=decode|ttft|layerwise|all [--endpoint=... --nvme_endpoint=...]");
   absl::ParseCommandLine(argc, argv);
   setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows when piped to a log
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "decode" || mode == "all") DecodeBench();
-  if (mode == "ttft" || mode == "all") {
-    if (absl::GetFlag(FLAGS_endpoint).empty()) Die(absl::InvalidArgumentError("ttft needs --endpoint"));
-    TtftBench();
+  const bool ttft = mode == "ttft" || mode == "all", layerwise = mode == "layerwise" || mode == "all";
+  if (ttft || layerwise) {
+    if (absl::GetFlag(FLAGS_endpoint).empty())
+      Die(absl::InvalidArgumentError(absl::StrCat("--mode=", mode, " needs --endpoint")));
+    Prepared p = Prepare(absl::GetFlag(FLAGS_suffix_tokens));
+    if (ttft) TtftBench(p);
+    if (layerwise) LayerwiseBench(p);
   }
   return 0;
 }

@@ -20,6 +20,9 @@ namespace kvtier::decoder {
 
 using SeqId = uint32_t;
 inline constexpr int32_t kNoPage = -1;  // a block-table entry freed by the sliding window
+// The arena starts with a header that holds no page (the layer-wise GET's
+// progress word lives there); 4 KiB keeps every page as aligned as the mapping.
+inline constexpr uint64_t kArenaHeaderBytes = 4096;
 
 struct KvCacheOptions {
   Layout layout;
@@ -40,8 +43,14 @@ class PagedKvCache {
   uint32_t sliding_window() const { return options_.sliding_window; }
   uint32_t num_pages() const { return options_.num_pages; }
   uint32_t free_pages() const { return uint32_t(free_.size()); }
+  // The whole registered region: a header of kArenaHeaderBytes, then the pages.
   ShmBuffer& arena() { return *arena_; }
-  uint64_t PageOffset(int32_t page) const { return uint64_t(page) * options_.layout.PageBytes(); }
+  uint64_t PageOffset(int32_t page) const {
+    return kArenaHeaderBytes + uint64_t(page) * options_.layout.PageBytes();
+  }
+  // 8 bytes in the header, outside every page, where the daemon's layer-wise
+  // GET counts the layers it has delivered (docs/PROTOCOL.md, "Layer-wise GET").
+  static constexpr uint64_t kProgressOffset = 0;
   // The kernels' view of the arena (layer 0 selected).
   kernels::PagedKv View() const { return view_; }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,11 @@ struct ForwardChunk {
   SeqId seq = 0;
   absl::Span<const uint32_t> tokens;
 };
+
+// Called by Forward before layer `l` first touches the KV pages (K/V scatter,
+// then attention): a layer-wise restore blocks there until layer l of the
+// restored pages is in the arena. A non-OK status aborts the pass.
+using LayerGate = std::function<absl::Status(uint32_t layer)>;
 
 // The page layout of a model's KV cache: one page = tokens_per_page tokens
 // of every layer's K and V.
@@ -43,14 +49,15 @@ class Model {
   // cache (positions continue after the cached tokens) and writes logits to
   // `logits`: [chunks][vocab] for each chunk's last token, or with
   // `all_logits` [total tokens][vocab] in chunk order. A sequence may appear
-  // in at most one chunk. On error the cache lengths are unchanged.
+  // in at most one chunk. On error the cache lengths are unchanged. `gate`,
+  // when set, runs before each layer's use of the cache.
   absl::Status Forward(absl::Span<const ForwardChunk> chunks, std::vector<float>* logits,
-                       bool all_logits = false);
+                       bool all_logits = false, const LayerGate& gate = nullptr);
 
  private:
   Model(const ModelWeights* w, PagedKvCache* cache) : w_(*w), cache_(*cache) {}
   absl::Status CheckChunks(absl::Span<const ForwardChunk> chunks);
-  absl::Status Layer(uint32_t l, absl::Span<const ForwardChunk> chunks);
+  absl::Status Layer(uint32_t l, absl::Span<const ForwardChunk> chunks, const LayerGate& gate);
   absl::Status Attention(uint32_t l, absl::Span<const ForwardChunk> chunks);
   absl::Status Decode(const kernels::PagedKv& kv, absl::Span<const ForwardChunk> chunks);
   absl::Status Prefill(const kernels::PagedKv& kv, absl::Span<const ForwardChunk> chunks);

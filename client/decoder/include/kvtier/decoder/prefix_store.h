@@ -7,15 +7,23 @@
 // fingerprint of the model (config + weights) instead of zero: the layout id
 // alone does not tell two models of one shape apart, and their KV differs.
 //
+// StartRestore is the layer-wise form: the GET runs on a helper thread and
+// delivers layer 0 of every page, then layer 1, ..., so the forward pass of
+// the remaining tokens computes layer l while later layers are still copied.
+//
 // Thread-safety: not thread-safe (a Client is one session on one socket).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "kvtier/client.h"
 #include "kvtier/decoder/kv_cache.h"
@@ -32,6 +40,16 @@ struct RestoreResult {
   uint32_t pages_looked_up = 0;  // full pages eligible for reuse
   std::vector<TierKind> tiers;   // tier each restored page came from
 };
+
+// What a restore asks the daemon for: the leading LOOKUP hits and where
+// they go in the arena (their pages are reserved in the sequence).
+struct RestorePlan {
+  uint32_t pages_looked_up = 0;
+  std::vector<PageKey> keys;      // the hits
+  std::vector<uint64_t> offsets;  // arena offset of each hit's page
+};
+
+class PendingRestore;
 
 class PrefixStore {
  public:
@@ -50,6 +68,17 @@ class PrefixStore {
   // is rolled back by one. The sequence then holds RestoreResult.tokens.
   absl::StatusOr<RestoreResult> Restore(SeqId seq, absl::Span<const uint32_t> prompt);
 
+  // The layer-wise Restore (docs/PROTOCOL.md, "Layer-wise GET"): LOOKUPs,
+  // then records the hits' tokens in the sequence at once (the sequence
+  // holds PendingRestore::planned_tokens()) and starts the GET on a helper
+  // thread. Run the forward pass of the rest with PendingRestore::WaitLayer
+  // as its layer gate, then call Finish. Until Finish returns, nothing else
+  // may use this store (its Client is busy on the helper thread) nor free
+  // the sequence's pages. FailedPrecondition with a sliding window: pages
+  // behind it would be freed, and reused, while the GET still writes them.
+  absl::StatusOr<std::unique_ptr<PendingRestore>> StartRestore(SeqId seq,
+                                                               absl::Span<const uint32_t> prompt);
+
   // PUTs the sequence's full pages not yet stored. `tokens` are the
   // sequence's tokens (at least Length(seq) of them). Pages rewritten after a
   // truncation are noticed by their keys and stored again.
@@ -59,6 +88,13 @@ class PrefixStore {
   void Forget(SeqId seq) { published_.erase(seq); }
 
  private:
+  friend class PendingRestore;
+  // LOOKUP, then reserves the hits' pages in the empty sequence.
+  absl::StatusOr<RestorePlan> Plan(SeqId seq, absl::Span<const uint32_t> prompt);
+  // After the GET: keeps the leading pages that arrived. `committed`: the
+  // plan's tokens were recorded in the sequence before the GET (layer-wise).
+  absl::StatusOr<RestoreResult> Settle(SeqId seq, uint32_t prompt_tokens, RestorePlan plan,
+                                       const std::vector<TierKind>& tiers, bool committed);
   struct Published {
     std::vector<PageKey> keys;  // keys of the pages stored so far, in order
   };
@@ -70,6 +106,50 @@ class PrefixStore {
   PageKey root_;
   BufferId buffer_ = 0;
   absl::flat_hash_map<SeqId, Published> published_;
+};
+
+// A layer-wise GET in flight (PrefixStore::StartRestore). WaitLayer runs on
+// the decoder's thread; the helper thread only sets the layer count.
+class PendingRestore {
+ public:
+  ~PendingRestore();  // finishes the restore if Finish was not called
+  PendingRestore(const PendingRestore&) = delete;
+  PendingRestore& operator=(const PendingRestore&) = delete;
+
+  // Tokens the sequence holds now, if every looked-up page arrives.
+  uint32_t planned_tokens() const { return planned_; }
+  // Blocks until layer `layer` of every page is in the arena. Aborted when
+  // the GET failed or ended before that layer.
+  absl::Status WaitLayer(uint32_t layer);
+  // Waits for the GET's reply and settles the sequence: when pages came back
+  // missing it is truncated to RestoreResult.tokens (< planned_tokens(); a
+  // forward pass run meanwhile read pages that never came and must be
+  // redone from there); when the GET failed, to 0 and the error returned.
+  absl::StatusOr<RestoreResult> Finish();
+  // Time the forward pass spent blocked in WaitLayer; LOOKUP + GET time.
+  double wait_ms() const { return wait_ms_; }
+  double get_ms() const;
+
+ private:
+  friend class PrefixStore;
+  PendingRestore(PrefixStore* store, SeqId seq, uint32_t prompt_tokens, uint32_t planned,
+                 RestorePlan plan, std::chrono::steady_clock::time_point start);
+  void Run();  // the helper thread
+
+  PrefixStore& store_;
+  const SeqId seq_;
+  const uint32_t prompt_tokens_, planned_;
+  RestorePlan plan_;
+  const std::chrono::steady_clock::time_point start_;
+  double wait_ms_ = 0;
+  bool finished_ = false;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  uint32_t layers_ ABSL_GUARDED_BY(mu_) = 0;  // layers complete
+  bool done_ ABSL_GUARDED_BY(mu_) = false;    // the GET replied or failed
+  double get_ms_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::StatusOr<std::vector<TierKind>> tiers_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // runs Run(); joined by Finish
 };
 
 }  // namespace kvtier::decoder
