@@ -35,6 +35,7 @@ ABSL_FLAG(bool, stop_on_error, true, "stop at the first malformed trace line, fa
           "corrupt page (false: skip/count and go on)");
 ABSL_FLAG(bool, decode, true, "also PUT the pages each request's output completes");
 ABSL_FLAG(uint32_t, batch_pages, 32, "pages per GET/PUT call (buffer slots per session)");
+ABSL_FLAG(uint32_t, prefetch_ahead, 0, "before request i, send a PREFETCH hint for request i+N (a scheduler with N queued requests); 0: none");
 ABSL_FLAG(uint64_t, timeout_ms, 60000, "per-call timeout");
 ABSL_FLAG(uint64_t, azure_seed, 1, "Azure prefix model: seed");
 ABSL_FLAG(uint32_t, azure_system_prompts, 8, "Azure prefix model: shared system prompts");
@@ -84,6 +85,7 @@ absl::StatusOr<StressOptions> OptionsFromFlags() {
   o.stop_on_error = absl::GetFlag(FLAGS_stop_on_error);
   o.decode = absl::GetFlag(FLAGS_decode);
   o.batch_pages = absl::GetFlag(FLAGS_batch_pages);
+  o.prefetch_ahead = absl::GetFlag(FLAGS_prefetch_ahead);
   o.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   o.azure.seed = absl::GetFlag(FLAGS_azure_seed);
   o.azure.system_prompts = absl::GetFlag(FLAGS_azure_system_prompts);

@@ -67,7 +67,10 @@ void Replayer::Work(Session& s, Clock::time_point start) {
                                                                              o_.time_scale));
       std::this_thread::sleep_until(due);
     }
-    absl::Status st = s.Replay(r);
+    absl::Status st = absl::OkStatus();
+    if (o_.prefetch_ahead > 0 && i + o_.prefetch_ahead < n)
+      st = s.Hint(trace_.requests[i + o_.prefetch_ahead]);
+    if (st.ok()) st = s.Replay(r);
     if (!st.ok()) {
       Counters::Add(counters_.errors, 1);
       errors_.Record(absl::StrCat("request ", i, " (trace line ", r.line, "): ", st.ToString()));

@@ -78,7 +78,7 @@ json BuildReport(const StressOptions& o, const trace::Trace& t, const Replayer& 
                   {"layout", replayer.layout().DebugString()}, {"page_bytes", pb}};
   j["run"] = {{"endpoint", o.endpoint.empty() ? "(default)" : o.endpoint},
               {"tenant", o.tenant}, {"concurrency", o.concurrency},
-              {"time_scale", o.time_scale}, {"batch_pages", o.batch_pages},
+              {"time_scale", o.time_scale}, {"batch_pages", o.batch_pages}, {"prefetch_ahead", o.prefetch_ahead},
               {"decode", o.decode}, {"stopped_early", res.stopped_early}};
   j["requests"] = requests;
   j["wall_s"] = res.wall_s;

@@ -69,6 +69,15 @@ absl::Status Session::Replay(const trace::Request& r) {
   return PutChain(decode, keys.back());
 }
 
+absl::Status Session::Hint(const trace::Request& r) {
+  const std::vector<PageKey> keys = Keys(trace::RequestPages(r, *ctx_.mapping));
+  for (size_t b = 0; b < keys.size(); b += kMaxKeys) {
+    const size_t n = std::min(kMaxKeys, keys.size() - b);
+    RETURN_IF_ERROR(client_->Prefetch(absl::MakeConstSpan(keys).subspan(b, n)).status());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LookupResult> Session::Lookup(absl::Span<const PageKey> keys) {
   LookupResult all;
   for (size_t b = 0; b < keys.size(); b += kMaxKeys) {

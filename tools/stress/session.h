@@ -35,6 +35,9 @@ class Session {
   // LOOKUP, GET + verify, PUT misses, PUT decode pages. An error status means
   // a call failed (the caller counts it); corrupt pages are counted here.
   absl::Status Replay(const trace::Request& r);
+  // PREFETCH hint for a request that will be served soon (its whole chain;
+  // the daemon skips what is missing or already in RAM).
+  absl::Status Hint(const trace::Request& r);
   Latencies& latencies() { return lat_; }
 
  private:

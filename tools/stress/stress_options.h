@@ -31,6 +31,9 @@ struct StressOptions {
   bool stop_on_error = true;       // parse and replay errors stop the run
   bool decode = true;              // PUT the pages the output completes
   uint32_t batch_pages = 32;       // pages per GET/PUT call (and buffer slots per session)
+  // Before serving request i, send a PREFETCH hint for request i+N's pages,
+  // as a scheduler with N requests queued would (0: no hints).
+  uint32_t prefetch_ahead = 0;
   uint64_t timeout_ms = 60000;
   trace::AzurePrefixModel azure;   // for Azure CSV traces
 };
