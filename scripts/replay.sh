@@ -27,7 +27,7 @@ STRESS="$BUILD_DIR/tools/stress/kvtier-stress"
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
   [ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD_DIR" -j "$(nproc)" --target kvtierd kvtier-stress >/dev/null
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target kvtierd kvtier-stress kvtierctl >/dev/null
 fi
 
 TMP="$(mktemp -d "${KVTIER_BENCH_DIR:-/tmp}/kvtier-replay.XXXXXX")"
@@ -74,6 +74,9 @@ rc=$?
 set -e
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== report: $BUILD_DIR/replay.json, time series: $BUILD_DIR/replay.csv"
+# The daemon's own counters (prefetch among them) for scripts/bench_prefetch.sh.
+"$BUILD_DIR/tools/kvtierctl" stats --json --endpoint="ipc://$TMP/kvtierd.sock" \
+  > "$BUILD_DIR/replay_daemon.json" 2>/dev/null || true
 kill -TERM "$PID" 2>/dev/null || true
 wait "$PID" 2>/dev/null || true
 PID=""

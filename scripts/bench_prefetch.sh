@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Prefetch benchmark (docs/BENCHMARKS.md): replays the Mooncake trace twice
+# through scripts/replay.sh with RAM smaller than the working set and an NVMe
+# tier, once without prefetch (--prefetch_lookahead=false, no hints) and once
+# with it (LOOKUP lookahead on, and kvtier-stress sending PREFETCH hints for
+# the request PREFETCH_AHEAD places ahead, as a scheduler with that many
+# queued requests would). Prints, for each: the share of GET hit bytes served
+# from RAM, GET latency p50/p99, and wasted prefetch bytes.
+# Environment: as scripts/replay.sh, plus PREFETCH_AHEAD (default 8);
+# extra arguments go to kvtier-stress (e.g. --max_requests=2000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+AHEAD="${PREFETCH_AHEAD:-8}"
+OUT="$(mktemp -d "${TMPDIR:-/tmp}/kvtier-prefetch-bench.XXXXXX")"
+trap 'rm -rf "$OUT"' EXIT
+
+run() {  # name, daemon flags, stress args...
+  local name="$1" flags="$2"; shift 2
+  echo "=== $name: KVTIERD_FLAGS='$flags' $*"
+  KVTIERD_FLAGS="$flags" NO_SIM=1 bash scripts/replay.sh --progress=off "$@" | grep -E "^==|hit rate|latency"
+  cp "$BUILD_DIR/replay.json" "$OUT/$name.json"
+  cp "$BUILD_DIR/replay_daemon.json" "$OUT/$name.daemon.json"
+  NO_BUILD=1
+  export NO_BUILD
+}
+
+run without "--prefetch_lookahead=false" "$@"
+run with "--prefetch_lookahead=true" --prefetch_ahead="$AHEAD" "$@"
+
+python3 - "$OUT" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+rows = {}
+for name in ("without", "with"):
+    m = json.load(open(os.path.join(d, name + ".json")))
+    s = json.load(open(os.path.join(d, name + ".daemon.json")))
+    b = m["bytes"]["get_by_tier"]
+    total = sum(b.values()) or 1
+    ram = b.get("host", 0) + b.get("hbm", 0)
+    g = m["latency_us"]["get"]
+    p = s.get("prefetch", {})
+    promoted = int(p.get("promoted_bytes", 0))
+    wasted_pages = int(p.get("wasted", 0)); promoted_pages = int(p.get("promoted_pages", 0)) or 1
+    rows[name] = (ram / total, g["p50"], g["p99"], m["hit_rate"]["overall"], promoted,
+                  wasted_pages / promoted_pages if promoted else 0.0, m["wall_s"] if "wall_s" in m else 0)
+    print(f"{name:8s} hit rate {100*m['hit_rate']['overall']:.2f}%  hit bytes from RAM {100*ram/total:.1f}%  "
+          f"GET p50 {g['p50']:.0f} us  p99 {g['p99']:.0f} us  prefetched {promoted/1e9:.1f} GB, "
+          f"wasted {100*rows[name][5]:.1f}% of prefetched pages")
+w, o = rows["with"], rows["without"]
+print(f"with/without: RAM share {100*w[0]:.1f}% vs {100*o[0]:.1f}% (target >= 80%), "
+      f"GET p99 {o[2]/max(w[2],1):.2f}x lower (target >= 2x), wasted {100*w[5]:.1f}% (target <= 10%)")
+PY
