@@ -133,6 +133,59 @@ int main(int argc, char** argv) {
     Write(dir, "bye", r);
     Write(dir, "bad_no_body", Base(10));
   }
+  {
+    // Operator requests (PING, EVICT, FLUSH, TENANTS).
+    Request r = Base(11);
+    r.mutable_ping();
+    Write(dir, "ping", r);
+    r.mutable_evict()->set_namespace_("bob");
+    r.mutable_evict()->set_tier(kvtier::wire::TIER_HOST);
+    r.mutable_evict()->set_pages(4);
+    Write(dir, "evict", r);
+    r.mutable_evict()->set_pages(0);
+    Write(dir, "bad_evict_nothing", r);
+    r.mutable_flush();
+    Write(dir, "flush", r);
+    r.mutable_tenants();
+    Write(dir, "tenants", r);
+  }
+  {
+    // Prefetch: hints, GET policies, layer-wise GET.
+    Request r = Base(12);
+    r.mutable_prefetch()->set_keys(Keys(3));
+    r.mutable_prefetch()->set_deadline_ms(50);
+    Write(dir, "prefetch", r);
+    r.mutable_prefetch()->set_target(kvtier::wire::TIER_HBM);
+    Write(dir, "bad_prefetch_target", r);
+    Request g = Base(13);
+    g.mutable_get()->set_keys(Keys(2));
+    g.mutable_get()->set_buffer_id(1);
+    g.mutable_get()->add_offsets(4096);
+    g.mutable_get()->add_offsets(4096 + (1 << 16));
+    g.mutable_get()->set_policy(kvtier::wire::GET_TIMEOUT);
+    g.mutable_get()->set_timeout_ms(5);
+    Write(dir, "get_timeout", g);
+    g.mutable_get()->set_policy(kvtier::wire::GET_WAIT_COMPLETE);
+    g.mutable_get()->set_layerwise(true);
+    g.mutable_get()->set_layer_progress_offset(0);
+    Write(dir, "get_layerwise", g);
+    g.mutable_get()->set_layer_progress_offset(3);
+    Write(dir, "bad_get_progress_offset", g);
+  }
+  {
+    // GPU buffers: a CUDA IPC handle, and an emulated-device arena.
+    Request r = Base(14);
+    auto* rb = r.mutable_register_buffer();
+    rb->set_kind(kvtier::wire::BUFFER_CUDA_IPC);
+    rb->set_device_handle(std::string(64, '\x5a'));
+    rb->set_size(1 << 20);
+    Write(dir, "register_cuda_ipc", r);
+    rb->set_device_handle("short");
+    Write(dir, "bad_register_cuda_handle", r);
+    rb->set_kind(kvtier::wire::BUFFER_EMULATED_DEVICE);
+    rb->set_device_handle("/kvtier-emu-1");
+    Write(dir, "register_emulated", r);
+  }
   Write(dir, "bad_empty_frame", std::vector<std::string>{""});
   Write(dir, "bad_garbage", std::vector<std::string>{std::string(11, '\xff')});
   return 0;

@@ -47,8 +47,14 @@ void CheckAccepted(const kvtier::daemon::DecodedRequest& d, size_t frames, const
       for (absl::string_view p : d.payloads) Require(Inside(p, data, size));
       break;
     case Request::kRegisterBuffer: {
-      const std::string& n = r.register_buffer().shm_name();
-      Require(n.size() >= 2 && n[0] == '/' && r.register_buffer().size() > 0);
+      const auto& rb = r.register_buffer();
+      Require(rb.size() > 0);
+      if (rb.kind() == kvtier::wire::BUFFER_SHM) {
+        Require(rb.shm_name().size() >= 2 && rb.shm_name()[0] == '/');
+      } else {  // a GPU buffer: a device handle and no shm name
+        Require(!rb.device_handle().empty() && rb.device_handle().size() <= 256);
+        Require(rb.shm_name().empty());
+      }
       break;
     }
     default: Require(frames == 1); break;
