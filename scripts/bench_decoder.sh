@@ -23,30 +23,17 @@ KVTIERD="$BUILD_DIR/daemon/kvtierd"
 CTL="$BUILD_DIR/tools/kvtierctl"
 BENCH="$BUILD_DIR/client/decoder/kvtier-decoder-bench"
 TMP="$(mktemp -d "${NVME_BENCH_DIR:-/var/tmp}/kvtier-decoder-bench.XXXXXX")"
-PIDS=()
+# shellcheck source=lib/kvtierd.sh
+. scripts/lib/kvtierd.sh
 cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  kvtier_stop_all
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 
-start() {  # start NAME FLAGS...: returns when `kvtierctl stats` answers
-  local name=$1; shift
-  "$KVTIERD" --socket="$TMP/$name.sock" --state_dir="$TMP/$name" --log_level=warn "$@" \
-    >>"$TMP/$name.log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 600); do
-    "$CTL" --endpoint="ipc://$TMP/$name.sock" stats >/dev/null 2>&1 && return 0
-    kill -0 "${PIDS[-1]}" 2>/dev/null || { cat "$TMP/$name.log" >&2; exit 1; }
-    sleep 0.01
-  done
-  echo "kvtierd $name did not start" >&2
-  exit 1
-}
-
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-start host --host_bytes=2GiB --nvme_bytes=0
-start nvme --host_bytes=32MiB --nvme_bytes=2GiB --promote_on_get=false
+kvtier_start host --host_bytes=2GiB --nvme_bytes=0
+kvtier_start nvme --host_bytes=32MiB --nvme_bytes=2GiB --promote_on_get=false
 "$BENCH" --mode=all --endpoint="ipc://$TMP/host.sock" --nvme_endpoint="ipc://$TMP/nvme.sock" "$@"
 echo "== daemon stats (nvme daemon)"
 "$CTL" --endpoint="ipc://$TMP/nvme.sock" stats | sed -n '1,8p'

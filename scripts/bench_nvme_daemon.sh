@@ -13,26 +13,13 @@ KVTIERD="$BUILD_DIR/daemon/kvtierd"
 CTL="$BUILD_DIR/tools/kvtierctl"
 BENCH="$BUILD_DIR/tools/bench/kvtier-bench"
 TMP="$(mktemp -d "${NVME_BENCH_DIR:-/var/tmp}/kvtier-nvme-bench.XXXXXX")"
-PID=""
+# shellcheck source=lib/kvtierd.sh
+. scripts/lib/kvtierd.sh
 cleanup() {
-  [ -n "$PID" ] && kill -TERM "$PID" 2>/dev/null && wait "$PID" 2>/dev/null || true
+  kvtier_stop_all
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-
-start() {  # start NAME FLAGS...: returns when `kvtierctl stats` answers
-  local name=$1; shift
-  "$KVTIERD" --socket="$TMP/$name.sock" --state_dir="$TMP/$name" --log_level=warn "$@" \
-    >>"$TMP/$name.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 600); do
-    "$CTL" --endpoint="ipc://$TMP/$name.sock" stats >/dev/null 2>&1 && return 0
-    kill -0 "$PID" 2>/dev/null || { cat "$TMP/$name.log" >&2; exit 1; }
-    sleep 0.01
-  done
-  echo "kvtierd $name did not start" >&2
-  exit 1
-}
 
 nvme_field() {  # nvme_field NAME FIELD
   "$CTL" --endpoint="ipc://$TMP/$1.sock" stats --json |
@@ -41,14 +28,14 @@ nvme_field() {  # nvme_field NAME FIELD
 
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "== 1. GET from NVMe vs GET from RAM"
-start e2e --host_bytes=128MiB --nvme_bytes=2GiB --promote_on_get=false
+kvtier_start e2e --host_bytes=128MiB --nvme_bytes=2GiB --promote_on_get=false
 "$BENCH" nvme --endpoint="ipc://$TMP/e2e.sock" --page_sizes=1MiB --working_set=512MiB \
   --batch_bytes=32MiB --repeats=5
-kill -TERM "$PID"; wait "$PID" || true; PID=""
+kill -TERM "$KVTIER_LAST_PID"; wait "$KVTIER_LAST_PID" || true
 
 echo "== 2. restart with >= 100,000 pages on NVMe"
 FLAGS=(--host_bytes=16MiB --host_slab_bytes=1MiB --nvme_bytes=2GiB)
-start restart "${FLAGS[@]}"
+kvtier_start restart "${FLAGS[@]}"
 "$BENCH" fill --endpoint="ipc://$TMP/restart.sock" --fill_pages=110000 --fill_page_bytes=4KiB
 for _ in $(seq 300); do
   [ "$(nvme_field restart pages)" -ge 100000 ] && break
@@ -56,9 +43,9 @@ for _ in $(seq 300); do
 done
 PAGES=$(nvme_field restart pages)
 echo "nvme pages indexed before the kill: $PAGES"
-kill -KILL "$PID"; wait "$PID" 2>/dev/null || true
+kill -KILL "$KVTIER_LAST_PID"; wait "$KVTIER_LAST_PID" 2>/dev/null || true
 T0=$(date +%s.%N)
-start restart "${FLAGS[@]}"
+kvtier_start restart "${FLAGS[@]}"
 T1=$(date +%s.%N)
 RECOVERED=$(nvme_field restart recovered_pages)
 python3 -c "print(f'restart after kill -9: serving in {($T1 - $T0):.2f} s with {$RECOVERED} pages recovered (of $PAGES)')"

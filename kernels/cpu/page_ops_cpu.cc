@@ -82,19 +82,28 @@ void ForTokens(uint32_t n, const PagedKv& kv, Fn fn) {
                                   [&](int, int64_t j) { fn(uint32_t(j)); });
 }
 
+// Runs row(page, head, slot, k, v) for every (token, head) of a copy, where
+// k and v point at that token's head in the flat [token][head][dim] arrays.
+template <typename RowFn>
+void ForCopyRows(const KvCopyParams& p, RowFn row) {
+  const PagedKv& kv = p.kv;
+  const uint64_t stride = uint64_t(kv.kv_heads) * kv.head_dim;
+  ForTokens(p.num_tokens, kv, [&](uint32_t j) {
+    const uint32_t pos = p.start_pos + j;
+    const int64_t page = p.block_table[pos / kv.tokens_per_page];
+    for (uint32_t h = 0; h < kv.kv_heads; ++h)
+      row(page, h, pos % kv.tokens_per_page, p.k + j * stride + h * kv.head_dim,
+          p.v + j * stride + h * kv.head_dim);
+  });
+}
+
 }  // namespace
 
 absl::Status ScatterKvCpu(const KvCopyParams& p) {
   RETURN_IF_ERROR(CheckCopy(p, "scatter"));
-  const PagedKv& kv = p.kv;
-  const uint64_t row = uint64_t(kv.kv_heads) * kv.head_dim;
-  ForTokens(p.num_tokens, kv, [&](uint32_t j) {
-    const uint32_t pos = p.start_pos + j;
-    const int64_t page = p.block_table[pos / kv.tokens_per_page];
-    for (uint32_t h = 0; h < kv.kv_heads; ++h) {
-      WriteRow(kv, page, kKeys, h, pos % kv.tokens_per_page, p.k + j * row + h * kv.head_dim);
-      WriteRow(kv, page, kValues, h, pos % kv.tokens_per_page, p.v + j * row + h * kv.head_dim);
-    }
+  ForCopyRows(p, [&](int64_t page, uint32_t h, uint32_t slot, const float* k, const float* v) {
+    WriteRow(p.kv, page, kKeys, h, slot, k);
+    WriteRow(p.kv, page, kValues, h, slot, v);
   });
   return absl::OkStatus();
 }
@@ -121,15 +130,9 @@ absl::Status ScatterKvBatchCpu(const KvBatchWriteParams& p) {
 
 absl::Status GatherKvCpu(const KvCopyParams& p) {
   RETURN_IF_ERROR(CheckCopy(p, "gather"));
-  const PagedKv& kv = p.kv;
-  const uint64_t row = uint64_t(kv.kv_heads) * kv.head_dim;
-  ForTokens(p.num_tokens, kv, [&](uint32_t j) {
-    const uint32_t pos = p.start_pos + j;
-    const int64_t page = p.block_table[pos / kv.tokens_per_page];
-    for (uint32_t h = 0; h < kv.kv_heads; ++h) {
-      ReadRow(kv, page, kKeys, h, pos % kv.tokens_per_page, p.k + j * row + h * kv.head_dim);
-      ReadRow(kv, page, kValues, h, pos % kv.tokens_per_page, p.v + j * row + h * kv.head_dim);
-    }
+  ForCopyRows(p, [&](int64_t page, uint32_t h, uint32_t slot, float* k, float* v) {
+    ReadRow(p.kv, page, kKeys, h, slot, k);
+    ReadRow(p.kv, page, kValues, h, slot, v);
   });
   return absl::OkStatus();
 }
