@@ -146,7 +146,8 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleGetInline(Session& s, const DecodedR
   for (size_t i = 0; i < d.keys.size(); ++i) {
     std::optional<tiers::PagePin> pin = store_->PinForRead(s.ns, d.keys[i]);
     if (!pin || pin->bytes() != s.page_bytes) continue;  // absent, or another layout's page
-    if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys[i]);  // lease no longer needed
+    // Before Promote: a lease's pin would make the page look busy.
+    if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys[i]);
     tiers[i] = static_cast<char>(pin->tier());
     // NVMe pages move up to the host tier first. (This reads on the frontend
     // thread; remote inline GETs of NVMe pages are the slow path.)

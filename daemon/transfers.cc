@@ -138,10 +138,11 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   for (size_t i = 0; i < d.keys.size(); ++i) {
     std::optional<tiers::PagePin> pin = store_->PinForRead(s.ns, d.keys[i]);
     if (!pin || pin->bytes() != s.page_bytes) continue;
-    if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys[i]);  // lease no longer needed
     job->tiers[i] = static_cast<char>(pin->tier());
     job->pins[i] = *std::move(pin);
   }
+  // The pages are pinned now: leases taken for them are no longer needed.
+  if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys);
   std::vector<CopyEngine::Part> parts;
   for (auto [b, e] : SplitRanges(d.keys.size(), s.page_bytes, engine_->threads()))
     parts.push_back([job, b = b, e = e] { CopyGetRange(*job, b, e); });
@@ -212,7 +213,7 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
       reply.response = ErrorResponse(job->request_id, st);
       return ReplyFrames(job->routing_id, std::move(reply));
     }
-    // Tail-first, with one sync for pages that went straight to NVMe.
+    // One sync for pages that went straight to NVMe; see CommitAll for the order.
     const size_t reserved = job->reservations.size();
     const uint32_t stored = static_cast<uint32_t>(tiers::Reservation::CommitAll(job->reservations));
     job->deduplicated += static_cast<uint32_t>(reserved - stored);

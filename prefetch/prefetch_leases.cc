@@ -53,19 +53,21 @@ void Prefetcher::Finish(const Job& job, tiers::PromoteResult result,
   work_cv_.SignalAll();  // budget freed
 }
 
-void Prefetcher::OnDemandRead(tiers::NamespaceId ns, const PageKey& key) {
-  tiers::PagePin release;  // declared first: dropped after the unlock
-  const JobId id{ns, key};
+void Prefetcher::OnDemandRead(tiers::NamespaceId ns, absl::Span<const PageKey> keys) {
+  std::vector<tiers::PagePin> release;  // declared first: dropped after the unlock
   absl::MutexLock lock(&mu_);
-  if (auto l = leases_.find(id); l != leases_.end()) {
-    if (!l->second.counted) ++c_.completed_in_time;
-    pinned_bytes_ -= l->second.bytes;
-    release = std::move(l->second.pin);
-    leases_.erase(l);
-    work_cv_.SignalAll();
-  } else if (watch_.erase(id) > 0) {
-    ++c_.completed_in_time;  // read after its lease, but still from RAM
+  for (const PageKey& key : keys) {
+    const JobId id{ns, key};
+    if (auto l = leases_.find(id); l != leases_.end()) {
+      if (!l->second.counted) ++c_.completed_in_time;
+      pinned_bytes_ -= l->second.bytes;
+      release.push_back(std::move(l->second.pin));
+      leases_.erase(l);
+    } else if (watch_.erase(id) > 0) {
+      ++c_.completed_in_time;  // read after its lease, but still from RAM
+    }
   }
+  if (!release.empty()) work_cv_.SignalAll();
 }
 
 Prefetcher::DemandScope::DemandScope(Prefetcher* p) : p_(p) {

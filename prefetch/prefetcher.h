@@ -106,7 +106,11 @@ class Prefetcher {
   void WhenReady(tiers::NamespaceId ns, absl::Span<const PageKey> keys, bool schedule_below_target,
                  uint64_t page_bytes, absl::Time deadline, std::function<void()> done);
   // A GET pinned (ns, key): its lease, if any, is no longer needed.
-  void OnDemandRead(tiers::NamespaceId ns, const PageKey& key);
+  void OnDemandRead(tiers::NamespaceId ns, const PageKey& key) {
+    OnDemandRead(ns, absl::MakeConstSpan(&key, 1));
+  }
+  // The same for every key a GET pinned, under one lock.
+  void OnDemandRead(tiers::NamespaceId ns, absl::Span<const PageKey> keys);
 
   // Demand reads of lower tiers (a GET reading NVMe itself) hold one of these
   // while they run; prefetch does not start new work meanwhile.
