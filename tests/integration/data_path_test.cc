@@ -316,13 +316,6 @@ class NvmeDemotionTest : public DaemonTest {
     return {.flags = {"--host_bytes=4MiB", "--host_slab_bytes=1MiB", "--prefetch_lookahead=false"},
             .nvme = true};
   }
-  void SetUp() override {
-    auto d = DaemonProcess::Start(DaemonOpts());
-    if (!d.ok() && absl::StrContains(d.status().message(), "O_DIRECT"))
-      GTEST_SKIP() << "no O_DIRECT under /tmp: " << d.status();
-    ASSERT_TRUE(d.ok()) << d.status();
-    daemon_ = *std::move(d);
-  }
 };
 
 TEST_F(NvmeDemotionTest, EvictedPagesComeBackFromNvme) {

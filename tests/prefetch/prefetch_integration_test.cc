@@ -33,11 +33,8 @@ class PrefetchDaemonTest : public DaemonTest {
             .nvme = true};
   }
   void SetUp() override {
-    auto d = DaemonProcess::Start(DaemonOpts());
-    if (!d.ok() && absl::StrContains(d.status().message(), "O_DIRECT"))
-      GTEST_SKIP() << "no O_DIRECT under /tmp: " << d.status();
-    ASSERT_TRUE(d.ok()) << d.status();
-    daemon_ = *std::move(d);
+    DaemonTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     c_ = Connect();
     ASSERT_TRUE(c_);
     auto buf = ShmBuffer::Create(kLen * kPage + 4096);
