@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/numbers.h"
+#include "common/quantile.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/page_pattern.h"
@@ -23,10 +24,8 @@ Summary Summarize(std::vector<double> v) {
 }
 
 double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  size_t rank = static_cast<size_t>(p / 100.0 * v.size() + 0.999999);
-  return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+  return tools::NearestRank(v, p);
 }
 
 nlohmann::json ToJson(const Summary& s) {

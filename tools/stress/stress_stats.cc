@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/quantile.h"
+
 namespace kvtier::stress {
 
 uint64_t Counters::GetBytes() const {
@@ -37,13 +39,9 @@ Quantiles ComputeQuantiles(std::vector<double>& v) {
   q.count = v.size();
   if (v.empty()) return q;
   std::sort(v.begin(), v.end());
-  auto rank = [&v](double p) {
-    const size_t r = static_cast<size_t>(std::ceil(p / 100.0 * v.size()));
-    return v[std::clamp<size_t>(r, 1, v.size()) - 1];
-  };
-  q.p50 = rank(50);
-  q.p90 = rank(90);
-  q.p99 = rank(99);
+  q.p50 = tools::NearestRank(v, 50);
+  q.p90 = tools::NearestRank(v, 90);
+  q.p99 = tools::NearestRank(v, 99);
   q.max = v.back();
   return q;
 }
