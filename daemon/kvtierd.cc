@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
+#include "kvtier/byte_size.h"
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -74,7 +75,7 @@ std::thread StartSignalThread() {
 
 // A byte-size flag, with the flag's name in the error.
 absl::StatusOr<uint64_t> BytesFlag(const absl::Flag<std::string>& flag) {
-  auto bytes = kvtier::daemon::ParseBytes(absl::GetFlag(flag));
+  auto bytes = kvtier::ParseByteSize(absl::GetFlag(flag));
   if (!bytes.ok())
     return absl::InvalidArgumentError(absl::StrCat("--", flag.Name(), ": ", bytes.status().message()));
   return bytes;

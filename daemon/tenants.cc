@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "kvtier/byte_size.h"
 #include "nlohmann/json.hpp"
 
 namespace kvtier::daemon {
@@ -46,7 +47,7 @@ absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view wh
       std::string text = value.is_number_unsigned() ? std::to_string(value.get<uint64_t>())
                          : value.is_string()         ? value.get<std::string>()
                                                      : std::string("?");
-      auto bytes = ParseBytes(text);
+      auto bytes = ParseByteSize(text);
       if (!bytes.ok())
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": quota.", tier_name, ": ", bytes.status().message()));
@@ -57,26 +58,6 @@ absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view wh
 }
 
 }  // namespace
-
-absl::StatusOr<uint64_t> ParseBytes(absl::string_view text) {
-  std::string s = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
-  size_t i = 0;
-  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
-  double number = 0;
-  if (i == 0 || !absl::SimpleAtod(s.substr(0, i), &number) || number < 0)
-    return absl::InvalidArgumentError(absl::StrCat("not a byte size: '", text, "'"));
-  std::string unit = s.substr(i);
-  uint64_t mult = 1;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kb" || unit == "kib") mult = 1ull << 10;
-  else if (unit == "m" || unit == "mb" || unit == "mib") mult = 1ull << 20;
-  else if (unit == "g" || unit == "gb" || unit == "gib") mult = 1ull << 30;
-  else if (unit == "t" || unit == "tb" || unit == "tib") mult = 1ull << 40;
-  else return absl::InvalidArgumentError(absl::StrCat("unknown size unit in '", text, "'"));
-  double bytes = number * double(mult);
-  if (bytes > 9.0e18) return absl::InvalidArgumentError(absl::StrCat("size too large: '", text, "'"));
-  return static_cast<uint64_t>(bytes);
-}
 
 absl::StatusOr<TenantRegistry> TenantRegistry::Parse(absl::string_view json, absl::string_view origin) {
   nlohmann::json doc = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);

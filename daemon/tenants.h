@@ -40,7 +40,4 @@ class TenantRegistry {
   std::vector<Tenant> tenants_;
 };
 
-// "512MiB", "1G", "4096" -> bytes.
-absl::StatusOr<uint64_t> ParseBytes(absl::string_view text);
-
 }  // namespace kvtier::daemon

@@ -1,6 +1,7 @@
 // api/: page keys (fixed vectors shared with page_key_vectors.py), layouts,
 // error-code mapping and the status macros.
 #include "gtest/gtest.h"
+#include "kvtier/byte_size.h"
 #include "kvtier/errors.h"
 #include "kvtier/layout.h"
 #include "kvtier/page_key.h"
@@ -106,6 +107,16 @@ TEST(StatusMacrosTest, PropagateErrors) {
   EXPECT_EQ(Quarter(6).status().message(), "odd");
   EXPECT_TRUE(Check(2).ok());
   EXPECT_FALSE(Check(3).ok());
+}
+
+TEST(ByteSizeTest, Units) {
+  EXPECT_EQ(*ParseByteSize("4096"), 4096u);
+  EXPECT_EQ(*ParseByteSize("1GiB"), 1ull << 30);
+  EXPECT_EQ(*ParseByteSize("512mb"), 512ull << 20);
+  EXPECT_EQ(*ParseByteSize("1.5k"), 1536u);
+  EXPECT_FALSE(ParseByteSize("lots").ok());
+  EXPECT_FALSE(ParseByteSize("1XB").ok());
+  EXPECT_FALSE(ParseByteSize("").ok());
 }
 
 }  // namespace

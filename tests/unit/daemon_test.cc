@@ -66,16 +66,6 @@ TEST(TenantsTest, DefaultTenantNeedsNoToken) {
   EXPECT_FALSE(reg.Authenticate("other", "").ok());
 }
 
-TEST(ParseBytesTest, Units) {
-  EXPECT_EQ(*ParseBytes("4096"), 4096u);
-  EXPECT_EQ(*ParseBytes("1GiB"), 1ull << 30);
-  EXPECT_EQ(*ParseBytes("512mb"), 512ull << 20);
-  EXPECT_EQ(*ParseBytes("1.5k"), 1536u);
-  EXPECT_FALSE(ParseBytes("lots").ok());
-  EXPECT_FALSE(ParseBytes("1XB").ok());
-  EXPECT_FALSE(ParseBytes("").ok());
-}
-
 TEST(ConfigTest, RefusesNonLoopbackTcp) {
   DaemonConfig c;
   c.ipc_socket = "/tmp/x.sock";

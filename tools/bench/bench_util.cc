@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "common/quantile.h"
+#include "kvtier/byte_size.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/page_pattern.h"
@@ -66,19 +67,9 @@ std::string HumanBytes(uint64_t b) {
 }
 
 uint64_t ParseBytes(const std::string& s, bool* ok) {
-  static const std::pair<const char*, uint64_t> kUnits[] = {
-      {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"B", 1}};
-  for (const auto& [suffix, mult] : kUnits) {
-    const size_t n = std::strlen(suffix);
-    if (s.size() > n && s.compare(s.size() - n, n, suffix) == 0) {
-      uint64_t v = 0;
-      *ok = absl::SimpleAtoi(s.substr(0, s.size() - n), &v);
-      return v * mult;
-    }
-  }
-  uint64_t v = 0;
-  *ok = absl::SimpleAtoi(s, &v);
-  return v;
+  absl::StatusOr<uint64_t> v = ParseByteSize(s);
+  *ok = v.ok();
+  return v.value_or(0);
 }
 
 absl::StatusOr<Rig> Rig::Create(const BenchOptions& o, const std::string& endpoint,

@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "kvtier/byte_size.h"
 #include "nlohmann/json.hpp"
 #include "tiers/nvme/device.h"
 
@@ -49,21 +50,9 @@ using kvtier::tiers::nvme::Device;
 using Clock = std::chrono::steady_clock;
 
 bool ParseBytes(absl::string_view s, uint64_t* out) {
-  const std::pair<const char*, uint64_t> units[] = {
-      {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"G", 1ull << 30},
-      {"M", 1ull << 20},   {"K", 1ull << 10},   {"B", 1}};
-  uint64_t mult = 1;
-  for (const auto& [suffix, m] : units) {
-    if (absl::EndsWith(s, suffix)) {
-      s.remove_suffix(std::strlen(suffix));
-      mult = m;
-      break;
-    }
-  }
-  uint64_t v;
-  if (!absl::SimpleAtoi(s, &v)) return false;
-  *out = v * mult;
-  return true;
+  absl::StatusOr<uint64_t> v = kvtier::ParseByteSize(s);
+  if (v.ok()) *out = *v;
+  return v.ok();
 }
 
 std::vector<uint64_t> ParseList(const std::string& s, bool bytes) {

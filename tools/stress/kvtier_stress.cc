@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "kvtier/byte_size.h"
 #include "tools/stress/progress.h"
 #include "tools/stress/replayer.h"
 #include "tools/stress/report.h"
@@ -49,18 +50,6 @@ ABSL_FLAG(std::string, progress, "auto", "progress bar on stderr: auto (when a t
 namespace kvtier::stress {
 namespace {
 
-absl::StatusOr<uint64_t> ParseBytes(const std::string& s) {
-  static const std::pair<const char*, uint64_t> kUnits[] = {
-      {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"B", 1}, {"", 1}};
-  for (const auto& [suffix, mult] : kUnits) {
-    const size_t n = std::strlen(suffix);
-    uint64_t v = 0;
-    if (s.size() > n && s.compare(s.size() - n, n, suffix) == 0 &&
-        absl::SimpleAtoi(s.substr(0, s.size() - n), &v))
-      return v * mult;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("--page_bytes='", s, "' is not a size like 1MiB"));
-}
 
 absl::StatusOr<StressOptions> OptionsFromFlags() {
   StressOptions o;
@@ -71,8 +60,8 @@ absl::StatusOr<StressOptions> OptionsFromFlags() {
   o.token = absl::GetFlag(FLAGS_token);
   o.concurrency = absl::GetFlag(FLAGS_concurrency);
   if (!absl::GetFlag(FLAGS_page_bytes).empty()) {
-    auto pb = ParseBytes(absl::GetFlag(FLAGS_page_bytes));
-    if (!pb.ok()) return pb.status();
+    auto pb = ParseByteSize(absl::GetFlag(FLAGS_page_bytes));
+    if (!pb.ok()) return absl::InvalidArgumentError(absl::StrCat("--page_bytes: ", pb.status().message()));
     o.page_bytes = *pb;
   }
   o.layers = absl::GetFlag(FLAGS_layers);
