@@ -10,6 +10,7 @@
 #include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "tiers/host_tier.h"
+#include "tiers/io_guard.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -132,6 +133,10 @@ absl::Status Daemon::BindEndpoints() {
 }
 
 absl::Status Daemon::Run(const std::atomic<bool>& stop) {
+  // The frontend never does disk I/O (DESIGN.md, "Threads"): the store
+  // defers what it would write here, and counts it (forbidden_io) if
+  // anything still does.
+  tiers::NoDiskIoScope no_disk_io;
   zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
                              {completions_->handle(), 0, ZMQ_POLLIN, 0}};
   absl::Time next_reap = absl::Now() + absl::Seconds(1);
@@ -232,10 +237,7 @@ absl::Status Daemon::Route(const std::string& routing_id, DecodedRequest& d, Fra
       case wire::Request::kStats: reply = HandleStats(*s, d); break;
       case wire::Request::kPrefetch: reply = HandlePrefetch(*s, d); break;
       case wire::Request::kGet:
-        if (r.get().buffer_id() == 0) {
-          reply = HandleGetInline(*s, d);
-          break;
-        }
+        if (r.get().buffer_id() == 0) return SubmitGetInline(*s, d, routing_id);
         return SubmitGet(*s, d, routing_id);
       case wire::Request::kPut: return SubmitPut(*s, d, frames, routing_id);
       case wire::Request::kPing: reply = HandlePing(*s); break;

@@ -30,6 +30,14 @@ namespace kvtier::daemon {
 
 struct PolicyGet;  // a GET that depends on prefetch (prefetch_handlers.cc)
 
+// The one way the daemon reads a pinned page for a GET (any path: shm
+// buffer, policy GET, GPU buffer, inline): tiers::TierManager::ReadPage with
+// the prefetcher as its demand hook, so prefetch yields to the read.
+// Runs on copy workers. DataLoss: a miss (the pin is reset).
+absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
+                                          tiers::PagePin& pin, std::vector<uint8_t>& bounce,
+                                          int promote_to = -1);
+
 class Daemon {
  public:
   // Creates the store, maps the host arena, binds the sockets. Errors name
@@ -46,13 +54,14 @@ class Daemon {
   // Endpoints actually bound (tcp port resolved when ":0" was asked).
   const std::vector<std::string>& endpoints() const { return endpoints_; }
 
- private:
+ public:
   using Frames = std::vector<zmq::message_t>;
   struct Reply {
     wire::Response response;
     Frames payloads;
   };
 
+ private:
   explicit Daemon(DaemonConfig config);
   absl::Status Init();
   // GPU path (device_transfers.cc): the device and, with hbm_bytes > 0, the
@@ -77,7 +86,9 @@ class Daemon {
   absl::StatusOr<Reply> HandleLookup(Session& s, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleDelete(Session& s, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleStats(Session& s, const DecodedRequest& d);
-  absl::StatusOr<Reply> HandleGetInline(Session& s, const DecodedRequest& d);
+  // Inline GET: answered at once when every page is in RAM, else by a copy
+  // job (handlers.cc).
+  absl::Status SubmitGetInline(Session& s, const DecodedRequest& d, const std::string& routing_id);
   // Buffer GET and any PUT: submit a copy job that replies via the engine.
   absl::Status SubmitGet(Session& s, const DecodedRequest& d, const std::string& routing_id);
   absl::Status SubmitPut(Session& s, DecodedRequest& d, Frames& frames,

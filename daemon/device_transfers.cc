@@ -107,11 +107,12 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::MapDevice(
   return b;
 }
 
-absl::Status DeviceGet(tiers::TierManager& store, tiers::HbmTier* hbm, const ClientBuffer& buf,
+absl::Status DeviceGet(tiers::TierManager& store, tiers::HbmTier* hbm, prefetch::Prefetcher* pf,
+                       const ClientBuffer& buf,
                        absl::Span<tiers::PagePin> pins, absl::Span<const uint64_t> offsets,
                        std::string& tiers, size_t begin, size_t end) {
   std::vector<CopyRange> d2d, h2d;
-  std::vector<std::unique_ptr<uint8_t[]>> staged;  // NVMe pages with no room above
+  std::vector<std::vector<uint8_t>> staged;  // pages read from disk with no room above
   for (size_t i = begin; i < end; ++i) {
     tiers::PagePin& pin = pins[i];
     if (!pin.valid()) continue;
@@ -121,22 +122,16 @@ absl::Status DeviceGet(tiers::TierManager& store, tiers::HbmTier* hbm, const Cli
       d2d.push_back({dst, hbm->DevicePtr(pin.slot()), n});
       continue;
     }
-    // NVMe pages move up to the (pinned) host tier first, then go as host pages.
-    if (pin.data() == nullptr) store.Promote(pin);
-    if (const uint8_t* src = pin.data()) {
-      h2d.push_back({dst, src, n});
-      continue;
-    }
-    auto bounce = std::make_unique<uint8_t[]>(n);
-    absl::Status st = pin.CopyTo(bounce.get());  // reads and checks the checksum
-    if (absl::IsDataLoss(st)) {
+    // NVMe pages move up to the (pinned) host tier first, then go as host
+    // pages; with no room there they go from a verified bounce copy.
+    staged.emplace_back();
+    absl::StatusOr<const uint8_t*> src = ReadForGet(store, pf, pin, staged.back());
+    if (absl::IsDataLoss(src.status())) {
       tiers[i] = 0;  // corrupt on disk: a miss, never wrong bytes
-      pin.Reset();
       continue;
     }
-    RETURN_IF_ERROR(st);
-    h2d.push_back({dst, bounce.get(), n});
-    staged.push_back(std::move(bounce));
+    RETURN_IF_ERROR(src.status());
+    h2d.push_back({dst, *src, n});
   }
   const uint64_t d2d_bytes = Sum(d2d);
   CopyGroup group(*buf.gpu());

@@ -16,6 +16,7 @@
 #include "daemon/client_buffer.h"
 #include "tiers/hbm/device.h"
 #include "tiers/hbm/hbm_tier.h"
+#include "prefetch/prefetcher.h"
 #include "tiers/tier_manager.h"
 
 namespace kvtier::daemon {
@@ -31,10 +32,13 @@ struct DeviceOptions {
 // pool), which no client may register.
 bool IsOwnDeviceObject(absl::string_view name);
 
-// GET of pins[begin, end) into the device buffer `buf` at offsets[i]. A page
-// that fails its checksum on NVMe becomes a miss (tiers[i] = 0, pin reset).
-// Returns when every copy has completed; the first error otherwise.
-absl::Status DeviceGet(tiers::TierManager& store, tiers::HbmTier* hbm, const ClientBuffer& buf,
+// GET of pins[begin, end) into the device buffer `buf` at offsets[i]. Pages
+// below RAM are read through ReadForGet (promoted, or verified in a bounce
+// buffer; `pf` is held back meanwhile). A page that fails its checksum on
+// NVMe becomes a miss (tiers[i] = 0, pin reset). Returns when every copy has
+// completed; the first error otherwise.
+absl::Status DeviceGet(tiers::TierManager& store, tiers::HbmTier* hbm, prefetch::Prefetcher* pf,
+                       const ClientBuffer& buf,
                        absl::Span<tiers::PagePin> pins, absl::Span<const uint64_t> offsets,
                        std::string& tiers, size_t begin, size_t end);
 

@@ -134,40 +134,105 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleStats(Session& s, const DecodedReque
   return reply;
 }
 
-// Inline GET sends pages zero-copy from their slots: each frame owns a pin
-// that the ZeroMQ I/O thread releases once the bytes are on the wire.
-absl::StatusOr<Daemon::Reply> Daemon::HandleGetInline(Session& s, const DecodedRequest& d) {
+// An inline GET (remote clients): page bytes travel as reply frames.
+struct InlineGet {
+  uint64_t request_id = 0;
+  std::string routing_id;
+  std::vector<tiers::PagePin> pins;  // invalid where the key missed
+  std::vector<const uint8_t*> src;   // readable bytes of each hit
+  std::vector<std::vector<uint8_t>> bounce;
+  std::string tiers;
+  absl::Status error;
+};
+
+namespace {
+
+// Frames for the hits, in key order: RAM pages go zero-copy from their
+// slots (each frame owns its pin, released by the ZeroMQ I/O thread once
+// the bytes are on the wire), pages read from disk are copied once.
+Daemon::Reply InlineReply(InlineGet& job) {
+  Daemon::Reply reply;
+  for (size_t i = 0; i < job.pins.size(); ++i) {
+    tiers::PagePin& pin = job.pins[i];
+    if (!pin.valid() || job.src[i] == nullptr) continue;
+    if (job.src[i] == pin.data()) {
+      const uint64_t n = pin.bytes();
+      auto* owned = new tiers::PagePin(std::move(pin));
+      reply.payloads.emplace_back(const_cast<uint8_t*>(job.src[i]), n, &FreePin, owned);
+    } else {
+      reply.payloads.emplace_back(job.src[i], pin.bytes());
+    }
+  }
+  reply.response.mutable_get()->set_tiers(job.tiers);
+  return reply;
+}
+
+}  // namespace
+
+// Pins on the frontend; a GET whose pages are all in RAM is answered at
+// once, one that needs the disk (promotion or a verified read) goes to the
+// copy engine, so the frontend never reads the disk.
+absl::Status Daemon::SubmitGetInline(Session& s, const DecodedRequest& d,
+                                     const std::string& routing_id) {
   RETURN_IF_ERROR(NeedLayout(s, "GET"));
   if (d.request.get().policy() != wire::GET_WAIT_COMPLETE)
     return absl::InvalidArgumentError(
         "GET: policies best_effort and timeout need a registered buffer (inline GET waits)");
-  Reply reply;
-  std::string tiers(d.keys.size(), '\0');
-  for (size_t i = 0; i < d.keys.size(); ++i) {
+  auto job = std::make_shared<InlineGet>();
+  job->request_id = d.request.request_id();
+  job->routing_id = routing_id;
+  const size_t n = d.keys.size();
+  job->pins.resize(n);
+  job->src.assign(n, nullptr);
+  job->bounce.resize(n);
+  job->tiers.assign(n, '\0');
+  bool in_ram = true;
+  for (size_t i = 0; i < n; ++i) {
     std::optional<tiers::PagePin> pin = store_->PinForRead(s.ns, d.keys[i]);
     if (!pin || pin->bytes() != s.page_bytes) continue;  // absent, or another layout's page
-    // Before Promote: a lease's pin would make the page look busy.
-    if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys[i]);
-    tiers[i] = static_cast<char>(pin->tier());
-    // NVMe pages move up to the host tier first. (This reads on the frontend
-    // thread; remote inline GETs of NVMe pages are the slow path.)
-    if (pin->data() == nullptr) store_->Promote(*pin);
-    if (const uint8_t* data = pin->data()) {
-      auto* owned = new tiers::PagePin(*std::move(pin));
-      reply.payloads.emplace_back(const_cast<uint8_t*>(data), owned->bytes(), &FreePin, owned);
-      continue;
-    }
-    zmq::message_t msg(pin->bytes());
-    absl::Status st = pin->CopyTo(msg.data());
-    if (absl::IsDataLoss(st)) {
-      tiers[i] = 0;  // failed its checksum: a miss
-      continue;
-    }
-    RETURN_IF_ERROR(st);
-    reply.payloads.push_back(std::move(msg));
+    job->tiers[i] = static_cast<char>(pin->tier());
+    job->src[i] = pin->data();
+    in_ram = in_ram && job->src[i] != nullptr;
+    job->pins[i] = *std::move(pin);
   }
-  reply.response.mutable_get()->set_tiers(std::move(tiers));
-  return reply;
+  // Before any promotion: a lease's pin would make the page look busy.
+  if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys);
+  if (in_ram) {
+    Reply reply = InlineReply(*job);
+    reply.response.set_version(kProtocolVersion);
+    reply.response.set_request_id(job->request_id);
+    reply.response.set_code(wire::OK);
+    SendReply(routing_id, std::move(reply));
+    return absl::OkStatus();
+  }
+  tiers::TierManager* store = store_.get();
+  prefetch::Prefetcher* pf = prefetcher_.get();
+  CopyEngine::Part read = [job, store, pf] {
+    for (size_t i = 0; i < job->pins.size(); ++i) {
+      if (!job->pins[i].valid() || job->src[i] != nullptr) continue;
+      absl::StatusOr<const uint8_t*> src = ReadForGet(*store, pf, job->pins[i], job->bounce[i]);
+      if (src.ok()) {
+        job->src[i] = *src;
+      } else if (absl::IsDataLoss(src.status())) {
+        job->tiers[i] = 0;  // failed its checksum: a miss, never wrong bytes
+      } else if (job->error.ok()) {
+        job->error = src.status();
+      }
+    }
+  };
+  engine_->Submit({std::move(read)}, [job] {
+    Reply reply;
+    if (!job->error.ok()) {
+      reply.response = ErrorResponse(job->request_id, job->error);
+    } else {
+      reply = InlineReply(*job);
+      reply.response.set_version(kProtocolVersion);
+      reply.response.set_request_id(job->request_id);
+    }
+    job->pins.clear();
+    return ReplyFrames(job->routing_id, std::move(reply));
+  });
+  return absl::OkStatus();
 }
 
 }  // namespace kvtier::daemon

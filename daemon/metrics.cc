@@ -61,6 +61,10 @@ const std::vector<TierFamily>& TierFamilies() {
       {"kvtier_tier_io_inflight", "gauge", "Device I/Os in flight (NVMe).", [](const T& t) { return t.io.io_inflight; }},
       {"kvtier_tier_io_errors_total", "counter", "Failed device I/Os (NVMe).", [](const T& t) { return t.io.io_errors; }},
       {"kvtier_tier_recovered_pages", "gauge", "Pages recovered from the persistent index at start.", [](const T& t) { return t.io.recovered_pages; }},
+      {"kvtier_tier_clean_pages", "gauge", "Pages in the tier that also have a durable copy on NVMe.", [](const T& t) { return t.clean_pages; }},
+      {"kvtier_tier_cleaned_total", "counter", "Pages written back ahead of need by the cleaner.", [](const T& t) { return t.cleaned; }},
+      {"kvtier_tier_durability_failures_total", "counter", "PUT pages not stored because their durable copy failed.", [](const T& t) { return t.durability_failures; }},
+      {"kvtier_tier_frontend_io_total", "counter", "I/Os done on the frontend thread (a bug: always 0).", [](const T& t) { return t.io.forbidden_io; }},
   };
   return *families;
 }

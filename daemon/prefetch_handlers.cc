@@ -73,14 +73,10 @@ const uint8_t* Source(PolicyGet& job, size_t i, tiers::TierManager& store,
                       prefetch::Prefetcher& pf) {
   tiers::PagePin& pin = job.pins[i];
   if (!pin.valid()) return nullptr;
-  if (pin.data() != nullptr) return pin.data();
-  prefetch::Prefetcher::DemandScope demand = pf.DemandIo();
-  store.PromoteTo(pin, pf.target_index());
-  if (pin.data() != nullptr) return pin.data();
-  job.bounce[i].resize(job.page_bytes);
-  absl::Status st = pin.CopyTo(job.bounce[i].data());  // read + checksum check
-  if (st.ok()) return job.bounce[i].data();
-  if (!absl::IsDataLoss(st)) job.Fail(st);
+  absl::StatusOr<const uint8_t*> src =
+      ReadForGet(store, &pf, pin, job.bounce[i], pf.target_index());
+  if (src.ok()) return *src;
+  if (!absl::IsDataLoss(src.status())) job.Fail(src.status());
   job.tiers[i] = 0;  // corrupt on disk: a miss, never wrong bytes
   pin.Reset();
   return nullptr;

@@ -25,8 +25,8 @@ absl::StatusOr<std::vector<PageKey>> DecodeKeys(const std::string& packed, absl:
 }
 
 absl::Status CheckHello(const wire::Hello& h) {
-  if (h.tenant().empty() || h.tenant().size() > 256)
-    return Invalid("HELLO: tenant name must be 1-256 bytes");
+  if (h.tenant().empty() || h.tenant().size() > kMaxTenantNameBytes)
+    return Invalid(absl::StrCat("HELLO: tenant name must be 1-", kMaxTenantNameBytes, " bytes"));
   if (h.token().size() > 4096) return Invalid("HELLO: token longer than 4096 bytes");
   if (h.has_layout()) {
     const auto& l = h.layout();

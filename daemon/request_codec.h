@@ -19,6 +19,8 @@ namespace kvtier::daemon {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr size_t kMaxKeysPerRequest = 4096;
+// Longest tenant name HELLO accepts; the tenants file refuses longer ones.
+inline constexpr size_t kMaxTenantNameBytes = 256;
 inline constexpr size_t kSessionIdBytes = 16;
 
 struct DecodedRequest {

@@ -32,6 +32,10 @@ void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
   out->set_io_errors(t.io.io_errors);
   out->set_recovered_pages(t.io.recovered_pages);
   out->set_dropped_records(t.io.dropped_records);
+  out->set_clean_pages(t.clean_pages);
+  out->set_cleaned(t.cleaned);
+  out->set_durability_failures(t.durability_failures);
+  out->set_frontend_io(t.io.forbidden_io);
 }
 
 void FillNamespace(const tiers::NamespaceSnapshot& n, wire::NamespaceStats* out) {

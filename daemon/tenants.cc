@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/request_codec.h"
 #include "kvtier/byte_size.h"
 #include "nlohmann/json.hpp"
 
@@ -29,6 +30,11 @@ absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view wh
   if (!t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty())
     return absl::InvalidArgumentError(absl::StrCat(where, ": \"name\" must be a non-empty string"));
   tenant.name = t["name"].get<std::string>();
+  // A tenant HELLO could never name would be unreachable (and its pages too).
+  if (tenant.name.size() > kMaxTenantNameBytes)
+    return absl::InvalidArgumentError(absl::StrCat(where, ": \"name\" is ", tenant.name.size(),
+                                                   " bytes; HELLO accepts 1 to ",
+                                                   kMaxTenantNameBytes));
   if (!t.contains("token") || !t["token"].is_string() || t["token"].get<std::string>().size() < 8)
     return absl::InvalidArgumentError(absl::StrCat(
         where, " (", tenant.name, "): \"token\" must be a string of at least 8 characters"));

@@ -3,11 +3,13 @@
 // in parallel parts and sends the reply when the last part is done.
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
 #include "daemon/device_transfers.h"
 #include "kvtier/status_macros.h"
+#include "spdlog/spdlog.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -29,6 +31,21 @@ absl::Status BufferFault(absl::string_view op, const ClientBuffer& b) {
       op, ": buffer '", b.name(), "' could not be accessed during the copy (was the shm object "
       "truncated after REGISTER_BUFFER?); nothing was stored"));
 }
+
+// tiers::DemandReadHook over the prefetcher: while a GET reads the disk,
+// prefetch starts no new work.
+class PrefetchDemandHook final : public tiers::DemandReadHook {
+ public:
+  explicit PrefetchDemandHook(prefetch::Prefetcher* p) : p_(p) {}
+  void BeginDemandRead() override {
+    if (p_ != nullptr) scope_.emplace(p_);
+  }
+  void EndDemandRead() override { scope_.reset(); }
+
+ private:
+  prefetch::Prefetcher* p_;
+  std::optional<prefetch::Prefetcher::DemandScope> scope_;
+};
 
 // Shared state of one copy job; parts run on several workers at once.
 struct JobState {
@@ -69,34 +86,26 @@ struct PutJob : JobState {
 
 void CopyGetRange(GetJob& job, size_t begin, size_t end) {
   if (job.buffer->on_device()) {
-    absl::Status st = DeviceGet(*job.store, job.hbm, *job.buffer, absl::MakeSpan(job.pins),
-                                job.offsets, job.tiers, begin, end);
+    absl::Status st = DeviceGet(*job.store, job.hbm, job.prefetcher, *job.buffer,
+                                absl::MakeSpan(job.pins), job.offsets, job.tiers, begin, end);
     if (!st.ok()) job.Fail(st);
     return;
   }
+  std::vector<uint8_t> bounce;
   for (size_t i = begin; i < end; ++i) {
     tiers::PagePin& pin = job.pins[i];
     if (!pin.valid()) continue;
-    uint8_t* dst = job.buffer->data() + job.offsets[i];
-    absl::Status st;
-    // A page on NVMe moves up first (its bytes land in a host slot we own),
-    // then leaves from there like any host page.
-    std::optional<prefetch::Prefetcher::DemandScope> demand;  // prefetch waits meanwhile
-    if (pin.data() == nullptr && job.prefetcher != nullptr) demand.emplace(job.prefetcher);
-    if (pin.data() == nullptr) job.store->Promote(pin);
-    const uint8_t* src = pin.data();
-    bool ok = GuardedRun([&] {
-      if (src != nullptr) std::memcpy(dst, src, pin.bytes());
-      else st = pin.CopyTo(dst);  // NVMe: read + checksum check
-    });
-    if (!ok) {
-      job.fault = true;
-    } else if (absl::IsDataLoss(st)) {
+    absl::StatusOr<const uint8_t*> src = ReadForGet(*job.store, job.prefetcher, pin, bounce);
+    if (absl::IsDataLoss(src.status())) {
       job.tiers[i] = 0;  // corrupt on disk: a miss, never wrong bytes
-      pin.Reset();
-    } else if (!st.ok()) {
-      job.Fail(st);
+      continue;
     }
+    if (!src.ok()) {
+      job.Fail(src.status());
+      continue;
+    }
+    uint8_t* dst = job.buffer->data() + job.offsets[i];
+    if (!GuardedRun([&] { std::memcpy(dst, *src, pin.bytes()); })) job.fault = true;
   }
 }
 
@@ -117,6 +126,13 @@ void FillPutRange(PutJob& job, size_t begin, size_t end) {
 }
 
 }  // namespace
+
+absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
+                                          tiers::PagePin& pin, std::vector<uint8_t>& bounce,
+                                          int promote_to) {
+  PrefetchDemandHook hook(pf);
+  return store.ReadPage(pin, bounce, tiers::ReadOptions{.promote_to = promote_to, .demand = &hook});
+}
 
 absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::string& routing_id) {
   if (!s.layout) return absl::FailedPreconditionError("GET: the session declared no layout");
@@ -213,10 +229,15 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
       reply.response = ErrorResponse(job->request_id, st);
       return ReplyFrames(job->routing_id, std::move(reply));
     }
-    // One sync for pages that went straight to NVMe; see CommitAll for the order.
-    const size_t reserved = job->reservations.size();
-    const uint32_t stored = static_cast<uint32_t>(tiers::Reservation::CommitAll(job->reservations));
-    job->deduplicated += static_cast<uint32_t>(reserved - stored);
+    // One sync for every durable copy; see CommitAll for the order. A page
+    // whose copy could not be made durable is not stored, and says so.
+    const tiers::CommitResult commit = tiers::Reservation::CommitAll(job->reservations);
+    const uint32_t stored = static_cast<uint32_t>(commit.stored);
+    job->not_stored += static_cast<uint32_t>(commit.not_stored);
+    if (commit.not_stored > 0) {
+      spdlog::warn("PUT: {} page(s) not stored: {}", commit.not_stored, commit.error.ToString());
+      job->reserve_error = std::string(commit.error.message());
+    }
     job->reservations.clear();
     job->frames.clear();
     reply.response.set_version(kProtocolVersion);
@@ -225,6 +246,7 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
     pr->set_stored(stored);
     pr->set_deduplicated(job->deduplicated);
     pr->set_not_stored(job->not_stored);
+    if (job->not_stored > 0) pr->set_not_stored_reason(job->reserve_error);
     return ReplyFrames(job->routing_id, std::move(reply));
   });
   return absl::OkStatus();

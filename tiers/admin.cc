@@ -41,7 +41,7 @@ absl::StatusOr<uint64_t> TierManager::EvictNamespace(NamespaceId ns, std::option
   if (tier) {
     for (size_t t = 0; t < impl_->tiers.size(); ++t) {
       if (impl_->tiers[t]->tier->kind() != *tier) continue;
-      while (evicted < std::min(max_pages, budget) && impl_->EvictOne(t, ns) > 0) ++evicted;
+      while (evicted < std::min(max_pages, budget) && impl_->EvictOne(t, ns, EvictMode::kMayWrite) > 0) ++evicted;
       return evicted;
     }
     return absl::InvalidArgumentError(

@@ -36,36 +36,66 @@ void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, uint64_t stamp) {
   ListFor(tier, e->ns).PushFront(e);
 }
 
-Victim IndexShard::ScanList(const List& list, uint32_t scan_limit) {
+namespace {
+
+bool Matches(const PageEntry* e, VictimFilter filter) {
+  if (e->pins > 0) return false;
+  switch (filter) {
+    case VictimFilter::kAny: return true;
+    case VictimFilter::kClean: return e->clean();
+    case VictimFilter::kCleanOrUnreused: return e->clean() || !(e->flags & PageEntry::kReused);
+    case VictimFilter::kDirty: return !e->clean();
+    case VictimFilter::kDirtyReused: return !e->clean() && (e->flags & PageEntry::kReused);
+  }
+  return false;
+}
+
+}  // namespace
+
+Victim IndexShard::ScanList(const List& list, uint32_t scan_limit, VictimFilter filter) {
   Victim fallback;
   uint32_t scanned = 0;
-  for (PageEntry* e = list.tail(); e != nullptr && scanned < scan_limit;
-       e = List::Newer(e), ++scanned) {
-    if (e->pins > 0) continue;
+  PageEntry* e = list.tail();
+  for (; e != nullptr && scanned < scan_limit; e = List::Newer(e)) {
+    if (!Matches(e, filter)) continue;
+    ++scanned;
     if (e->resident_children == 0) return Victim{e, e->stamp, true};
     if (fallback.entry == nullptr) fallback = Victim{e, e->stamp, false};
   }
-  // Nothing unpinned within the window: keep walking for any unpinned page
-  // so a run of pinned pages at the tail cannot stall eviction.
+  // Nothing eligible within the window: keep walking for any eligible page
+  // so a run of pinned (or filtered) pages at the tail cannot stall eviction.
   if (fallback.entry == nullptr) {
-    for (PageEntry* e = list.tail(); e != nullptr; e = List::Newer(e)) {
+    for (; e != nullptr; e = List::Newer(e)) {
       // scan_limit 0 means plain LRU: every candidate counts as a leaf.
-      if (e->pins == 0) return Victim{e, e->stamp, scan_limit == 0 || e->resident_children == 0};
+      if (Matches(e, filter))
+        return Victim{e, e->stamp, scan_limit == 0 || e->resident_children == 0};
     }
   }
   return fallback;
 }
 
-Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit) const {
+Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
+                                    VictimFilter filter) const {
   Victim best;
   if (tier >= lists_.size()) return best;
   const auto& by_ns = lists_[tier];
-  if (ns != 0) return ns < by_ns.size() ? ScanList(by_ns[ns], scan_limit) : best;
+  if (ns != 0) return ns < by_ns.size() ? ScanList(by_ns[ns], scan_limit, filter) : best;
   for (const List& list : by_ns) {
-    Victim v = ScanList(list, scan_limit);
+    Victim v = ScanList(list, scan_limit, filter);
     if (v.BetterThan(best)) best = v;
   }
   return best;
+}
+
+PageEntry* IndexShard::FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const {
+  if (tier >= lists_.size()) return nullptr;
+  for (const List& list : lists_[tier]) {
+    uint32_t scanned = 0;
+    for (PageEntry* e = list.head(); e != nullptr && scanned < scan_limit; e = e->next, ++scanned) {
+      if (e->pins == 0 && e->clean()) return e;
+    }
+  }
+  return nullptr;
 }
 
 std::vector<PageEntry*> IndexShard::DrainLocked() {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -41,8 +42,11 @@ struct PageEntry {
   static constexpr uint8_t kCountedInParent = 2;  // bumped parent's resident_children
   static constexpr uint8_t kReused = 4;           // read or PUT again since stored
   static constexpr uint8_t kCorrupt = 8;          // failed its checksum; dropped
-  static constexpr uint8_t kHasBackup = 16;       // `backup` holds a durable copy
+  // `backup` holds a durable copy in the last (persistent) tier: the page is
+  // *clean* there and leaves a RAM tier without a write (inclusive NVMe).
+  static constexpr uint8_t kHasBackup = 16;
   bool detached() const { return flags & kDetached; }
+  bool clean() const { return flags & kHasBackup; }
 };
 
 struct IndexKey {
@@ -67,6 +71,13 @@ struct EntryEq {
     return x.ns == y.ns && x.key == y.key;
   }
 };
+
+// Which unpinned pages a victim scan may return. kClean: pages with a
+// durable copy below (they leave RAM without I/O: the frontend's eviction
+// mode); kCleanOrUnreused adds pages never reused (the reused-only admission
+// filter drops them, also without I/O). kDirty / kDirtyReused: the
+// complements, the cleaner's work lists.
+enum class VictimFilter : uint8_t { kAny, kClean, kCleanOrUnreused, kDirty, kDirtyReused };
 
 // An eviction candidate found in one shard.
 struct Victim {
@@ -101,8 +112,28 @@ class IndexShard {
   // within `scan_limit` entries of each list's tail, else the oldest
   // unpinned non-leaf; scan_limit 0: the oldest unpinned entry, as a leaf.
   // `ns` restricts the search to one namespace (0: all).
-  Victim FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit) const
+  // `filter` skips pages of the wrong kind (they do not count against
+  // scan_limit's leaf window).
+  Victim FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
+                          VictimFilter filter = VictimFilter::kAny) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // An unpinned clean page of `tier` among the `scan_limit` most recent of
+  // each list (backups of hot RAM pages are the NVMe tier's cheapest room).
+  PageEntry* FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // The in-flight-put table (CacheLib's InFlightPuts): keys reserved by a PUT
+  // and not yet published or released. A second reservation of such a key
+  // is a dedup, so one key never has two slots or two durable records.
+  bool InFlightLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return inflight_.contains(std::make_pair(ns, key));
+  }
+  void AddInFlightLocked(NamespaceId ns, const PageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    inflight_.insert(std::make_pair(ns, key));
+  }
+  void RemoveInFlightLocked(NamespaceId ns, const PageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    inflight_.erase(std::make_pair(ns, key));
+  }
 
   size_t SizeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return map_.size(); }
   // Takes every entry out (shutdown).
@@ -111,11 +142,12 @@ class IndexShard {
  private:
   using List = LruList<PageEntry>;
   List& ListFor(uint8_t tier, NamespaceId ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  static Victim ScanList(const List& list, uint32_t scan_limit);
+  static Victim ScanList(const List& list, uint32_t scan_limit, VictimFilter filter);
 
   absl::flat_hash_set<PageEntry*, EntryHash, EntryEq> map_ ABSL_GUARDED_BY(mu);
   // lists_[tier][ns]; grown on demand as namespaces appear.
   std::vector<std::vector<List>> lists_ ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<std::pair<NamespaceId, PageKey>> inflight_ ABSL_GUARDED_BY(mu);
 };
 
 class PageIndex {

@@ -33,15 +33,15 @@ void TierManager::Impl::Unpin(PageEntry* e) {
 
 void TierManager::Impl::FreeEntry(PageEntry* e) {
   FreeBackup(e);
-  Tier& tier = *tiers[e->tier]->tier;
-  // The persistent record goes before the slot can be reused.
-  if (tier.persistent()) tier.Unpersist(e->slot, MetaOf(e));
-  tier.Free(e->slot);
-  Uncharge(e->ns, e->tier, e->slot.bytes);
+  ReleaseSlot(e->tier, e->ns, e->slot, MetaOf(e));
   delete e;
 }
 
 void TierManager::Impl::DetachEntryLocked(IndexShard& shard, PageEntry* e) {
+  if (e->clean()) {  // the counters cover indexed entries only
+    tiers[e->tier]->clean_pages.fetch_sub(1, std::memory_order_relaxed);
+    tiers[e->tier]->clean_page_bytes.fetch_sub(e->slot.bytes, std::memory_order_relaxed);
+  }
   shard.DetachLocked(e);
   tiers[e->tier]->pages.fetch_sub(1, std::memory_order_relaxed);
   if (NamespaceState* ns = Ns(e->ns)) ns->pages.fetch_sub(1, std::memory_order_relaxed);

@@ -2,36 +2,13 @@
 // it without counting a read, and moving it up to a chosen tier (not only the
 // top one, so a host target stays right once an HBM tier sits above it).
 // GET's own promote_on_get path stays in persistence.cc.
-#include <cstring>
 #include <vector>
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 #include "kvtier/test_hooks.h"
 #include "tiers/tier_manager.h"
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
-namespace {
-
-// Reads `old` from `lower` into `dst` of `upper`, through a bounce buffer
-// when the upper tier is not host-addressable. Returns the xxh3 of the bytes
-// when `want_checksum`, via *sum.
-bool CopyUp(Tier& lower, const Slot& old, Tier& upper, const Slot& dst, bool want_checksum,
-            uint64_t* sum) {
-  if (uint8_t* p = upper.Address(dst)) {
-    if (!lower.Read(old, 0, p, old.bytes).ok()) return false;
-    if (want_checksum) *sum = XXH3_64bits(p, old.bytes);
-    return true;
-  }
-  std::vector<uint8_t> bounce(old.bytes);
-  if (!lower.Read(old, 0, bounce.data(), old.bytes).ok()) return false;
-  if (want_checksum) *sum = XXH3_64bits(bounce.data(), old.bytes);
-  return upper.Write(dst, 0, bounce.data(), old.bytes).ok();
-}
-
-}  // namespace
 
 std::string_view PromoteOutcomeName(PromoteOutcome o) {
   switch (o) {
@@ -77,70 +54,23 @@ PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to) {
   if (e == nullptr) return PromoteOutcome::kMissing;
   if (to >= m.tiers.size()) return PromoteOutcome::kFailed;
   IndexShard& shard = m.index.ShardFor(e->ns, e->key);
-  size_t from;
   {
     absl::MutexLock lock(&shard.mu);
     if (e->detached()) return PromoteOutcome::kMissing;
     if (e->tier <= to) return PromoteOutcome::kAlreadyThere;
     if (e->pins != 1) return PromoteOutcome::kBusy;
-    from = e->tier;
   }
-  const NamespaceId ns = e->ns;
-  const Slot old = e->slot;  // stable: we hold the only pin
-  if (!m.ChargeQuota(ns, to, old.bytes)) return PromoteOutcome::kNoRoom;
-  absl::StatusOr<Slot> dst = m.AllocateWithEviction(to, old.bytes);
-  if (!dst.ok()) {
-    m.Uncharge(ns, to, old.bytes);
-    return PromoteOutcome::kNoRoom;
-  }
-  Tier& upper = *m.tiers[to]->tier;
-  Tier& lower = *m.tiers[from]->tier;
-  uint64_t sum = 0;
-  bool good = CopyUp(lower, old, upper, *dst, lower.persistent(), &sum);
-  if (good && lower.persistent() && sum != e->checksum) {
-    m.tiers[from]->checksum_errors.fetch_add(1, std::memory_order_relaxed);
-    m.DropCorrupt(e);
-    good = false;
-  }
+  // Room above is made only by dropping clean pages: a promotion (on a GET
+  // or for prefetch) never waits on a write-back.
+  Impl::PageMove move = m.BeginMove(e, to, Impl::MoveKind::kPromote, EvictMode::kCleanOnly);
+  if (!move.dst.ok()) return PromoteOutcome::kNoRoom;
   // Tests stop here to race an eviction or a DELETE against the promotion
   // (the argument is the page's key).
   KVTIER_SYNC_POINT_CALLBACK("promote.after_read", const_cast<PageKey*>(&e->key));
-  auto abandon = [&](PromoteOutcome why) {
-    upper.Free(*dst);
-    m.Uncharge(ns, to, old.bytes);
-    return why;
-  };
-  if (!good) return abandon(PromoteOutcome::kFailed);
-  bool keep = false;
-  {
-    absl::MutexLock lock(&shard.mu);
-    if (e->detached()) return abandon(PromoteOutcome::kMissing);
-    if (e->pins != 1 || e->tier != from) return abandon(PromoteOutcome::kBusy);
-    // Our pin moves with the page.
-    m.tiers[from]->pinned_pages.fetch_sub(1, std::memory_order_relaxed);
-    m.tiers[to]->pinned_pages.fetch_add(1, std::memory_order_relaxed);
-    m.tiers[from]->pages.fetch_sub(1, std::memory_order_relaxed);
-    m.tiers[to]->pages.fetch_add(1, std::memory_order_relaxed);
-    e->slot = *dst;
-    shard.MoveTierLocked(e, static_cast<uint8_t>(to), m.NextStamp());
-    // Write-through keeps the durable copy: the page stays restartable and
-    // its next demotion costs nothing. Write-back frees it: backups cannot be
-    // evicted, so under write-back they would shrink the NVMe tier by up to
-    // the host tier's size.
-    if (m.config.write_through && lower.persistent() && m.IsLastTier(from)) {
-      e->backup = old;
-      e->flags |= PageEntry::kHasBackup;
-      keep = true;
-    }
-  }
-  if (!keep) {
-    if (lower.persistent()) lower.Unpersist(old, m.MetaOf(e));
-    lower.Free(old);
-    m.Uncharge(ns, from, old.bytes);
-  }
-  m.tiers[to]->promotions.fetch_add(1, std::memory_order_relaxed);
-  m.KickEvictorIfHigh(to);
-  return PromoteOutcome::kPromoted;
+  const bool corrupt = move.corrupt, copied = move.copied;
+  if (m.FinishMove(move)) return PromoteOutcome::kPromoted;
+  if (corrupt || !copied) return PromoteOutcome::kFailed;
+  return move.detached ? PromoteOutcome::kMissing : PromoteOutcome::kBusy;
 }
 
 std::vector<PromoteResult> TierManager::PromoteBatch(NamespaceId ns,

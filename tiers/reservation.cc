@@ -1,20 +1,20 @@
-// The PUT path: dedup, per-namespace quotas, placement in the highest tier
-// with room (evicting when full), and the Reservation that carries a slot
-// from Reserve to Commit. The checksum is computed while the bytes are
-// copied in, so it costs one pass over data that is already in cache.
+// The PUT path: the in-flight-put claim that makes a key's reservation
+// unique, per-namespace quotas, placement in the highest tier with room
+// (making room only by dropping clean pages: no disk I/O), write-through
+// copies, and the Reservation that carries a slot from Reserve to Commit.
+// The checksum is computed in Fill when the page needs one (it lands on
+// NVMe or keeps a write-through copy); RAM pages get theirs when cleaned.
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "kvtier/test_hooks.h"
 #include "tiers/tier_manager.h"
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
-namespace {
-
-}  // namespace
 
 bool TierManager::Impl::TryCharge(NamespaceState& ns, size_t t, uint64_t bytes) {
   Counter& used = ns.tier_bytes[t];
@@ -33,20 +33,20 @@ void TierManager::Impl::Uncharge(NamespaceId ns, size_t t, uint64_t bytes) {
   if (NamespaceState* s = Ns(ns)) s->tier_bytes[t].fetch_sub(bytes, std::memory_order_relaxed);
 }
 
-bool TierManager::Impl::ChargeQuota(NamespaceId ns, size_t t, uint64_t bytes) {
+bool TierManager::Impl::ChargeQuota(NamespaceId ns, size_t t, uint64_t bytes, EvictMode mode) {
   NamespaceState& s = *Ns(ns);
   if (s.quota[t] != 0 && bytes > s.quota[t]) return false;
   // Only this namespace's own pages make room under its quota; another
   // namespace's pages are never evicted on its behalf.
   while (!TryCharge(s, t, bytes)) {
-    if (EvictOne(t, ns) == 0) return false;
+    if (EvictOne(t, ns, mode) == 0) return false;
     s.quota_evictions.fetch_add(1, std::memory_order_relaxed);
   }
   return true;
 }
 
 absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t bytes,
-                                                              bool evict) {
+                                                              EvictMode mode) {
   Tier& tier = *tiers[t]->tier;
   // Bounded: with mixed page sizes, freeing a slab may take many evictions,
   // but a request must never spin; the evictor keeps headroom normally.
@@ -54,97 +54,103 @@ absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t 
   for (uint64_t evicted = 0;; ++evicted) {
     absl::StatusOr<Slot> slot = tier.Allocate(bytes);
     if (slot.ok() || !absl::IsResourceExhausted(slot.status())) return slot;
-    if (!evict) return slot;
-    if (evicted >= max_evictions || EvictOne(t, 0) == 0) {
+    if (evicted >= max_evictions || EvictOne(t, 0, mode) == 0) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "full (", tier.used_bytes(), " of ", tier.capacity_bytes(), " bytes used, ", evicted,
-          " pages evicted, the rest pinned or busy): ", slot.status().message()));
+          " pages evicted, the rest pinned, busy",
+          mode == EvictMode::kCleanOnly ? " or not yet written back" : "",
+          "): ", slot.status().message()));
     }
   }
 }
 
-bool TierManager::Impl::Dedup(NamespaceId ns, const PageKey& key, const PageKey& parent) {
-  {
-    IndexShard& shard = index.ShardFor(ns, key);
-    absl::MutexLock lock(&shard.mu);
-    PageEntry* e = shard.FindLocked(ns, key);
-    if (e == nullptr) return false;
-    e->flags |= PageEntry::kReused;
-    shard.TouchLocked(e, NextStamp());
+absl::StatusOr<Slot> TierManager::Impl::ChargeAndAllocate(NamespaceId ns, size_t t,
+                                                           uint64_t bytes, EvictMode mode) {
+  if (!ChargeQuota(ns, t, bytes, mode)) {
+    const NamespaceState& s = *Ns(ns);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "over quota (", s.tier_bytes[t].load(), " of ", s.quota[t], " bytes used, own pages ",
+        mode == EvictMode::kCleanOnly ? "pinned, too few or not yet written back)"
+                                      : "pinned or too few)"));
   }
-  // Re-touch the parent so it stays newer than this child (leaf-first).
-  if (!parent.IsZero()) TouchKey(ns, parent);
-  return true;
+  absl::StatusOr<Slot> slot = AllocateWithEviction(t, bytes, mode);
+  if (!slot.ok()) Uncharge(ns, t, bytes);
+  return slot;
 }
 
-absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint64_t bytes,
-                                                   bool evict) {
-  if (!ChargeQuota(ns, t, bytes)) {
-    const NamespaceState& s = *Ns(ns);
-    return absl::ResourceExhaustedError(absl::StrCat("over quota (", s.tier_bytes[t].load(), " of ",
-                                                     s.quota[t],
-                                                     " bytes used, own pages pinned or too few)"));
+TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageKey& key) {
+  IndexShard& shard = index.ShardFor(ns, key);
+  absl::MutexLock lock(&shard.mu);
+  if (PageEntry* e = shard.FindLocked(ns, key)) {
+    e->flags |= PageEntry::kReused;
+    shard.TouchLocked(e, NextStamp());
+    return Claim::kPresent;
   }
-  absl::StatusOr<Slot> slot = AllocateWithEviction(t, bytes, evict);
+  if (shard.InFlightLocked(ns, key)) return Claim::kInFlight;
+  shard.AddInFlightLocked(ns, key);
+  return Claim::kClaimed;
+}
+
+void TierManager::Impl::ReleaseClaim(NamespaceId ns, const PageKey& key) {
+  IndexShard& shard = index.ShardFor(ns, key);
+  absl::MutexLock lock(&shard.mu);
+  shard.RemoveInFlightLocked(ns, key);
+}
+
+absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint64_t bytes) {
+  // The request path never writes to disk: room is made by dropping clean
+  // pages only, and a tier that has none asks the evictor to clean.
+  absl::StatusOr<Slot> slot = ChargeAndAllocate(ns, t, bytes, EvictMode::kCleanOnly);
   if (!slot.ok()) {
-    Uncharge(ns, t, bytes);
-    if (!evict) KickEvictor(t);
-    return slot.status();
+    if (Ns(ns)->quota[t] != 0) RequestClean(ns, t);
+    KickEvictor(t);
+    return slot;
   }
   KickEvictorIfHigh(t);
   return slot;
 }
 
-std::optional<Slot> TierManager::Impl::ReserveBackup(NamespaceId ns, size_t t, uint64_t bytes) {
+absl::StatusOr<std::optional<Slot>> TierManager::Impl::ReserveBackup(NamespaceId ns, size_t t,
+                                                                     uint64_t bytes) {
   const size_t last = tiers.size() - 1;
-  if (!config.write_through || t == last || !tiers[last]->tier->persistent()) return std::nullopt;
-  if (!ChargeQuota(ns, last, bytes)) return std::nullopt;
-  absl::StatusOr<Slot> slot = AllocateWithEviction(last, bytes);
+  if (!config.write_through || t == last || !HasPersistentLastTier()) return std::nullopt;
+  absl::StatusOr<Slot> slot = ChargeAndAllocate(ns, last, bytes, EvictMode::kCleanOnly);
   if (!slot.ok()) {
-    Uncharge(ns, last, bytes);
-    return std::nullopt;  // no room: this page is write-back
+    KickEvictor(last);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("write-through copy on ", std::string(TierName(tiers[last]->tier->kind())),
+                     ": ", slot.status().message()));
   }
-  return *slot;
+  return std::optional<Slot>(*slot);
 }
 
 void TierManager::Impl::FreeBackup(PageEntry* e) {
-  if (!(e->flags & PageEntry::kHasBackup)) return;
-  Tier& last = *tiers.back()->tier;
-  last.Unpersist(e->backup, MetaOf(e));
-  last.Free(e->backup);
-  Uncharge(e->ns, tiers.size() - 1, e->backup.bytes);
+  if (!e->clean()) return;
+  ReleaseSlot(tiers.size() - 1, e->ns, e->backup, MetaOf(e));
   e->flags &= ~PageEntry::kHasBackup;
 }
 
-bool TierManager::Impl::Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t,
+void TierManager::Impl::Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t,
                                const Slot& slot, uint64_t checksum, const Slot* backup) {
   auto* e = new PageEntry{key, parent};
   e->slot = slot;
-  if (backup != nullptr) {
-    e->backup = *backup;
-    e->flags |= PageEntry::kHasBackup;
-  }
   e->checksum = checksum;
   e->ns = ns;
   e->tier = static_cast<uint8_t>(t);
   // Count ourselves in the parent before becoming visible, so an evictor
   // never sees this page without its parent knowing it has a child.
   if (!parent.IsZero() && AttachToParent(ns, parent)) e->flags |= PageEntry::kCountedInParent;
+  KVTIER_SYNC_POINT_CALLBACK("reservation.before_publish", const_cast<PageKey*>(&key));
   IndexShard& shard = index.ShardFor(ns, key);
-  {
-    absl::MutexLock lock(&shard.mu);
-    if (shard.FindLocked(ns, key) == nullptr) {
-      shard.InsertLocked(e, NextStamp());
-      tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
-      NamespaceState& s = *Ns(ns);
-      s.pages.fetch_add(1, std::memory_order_relaxed);
-      s.puts.fetch_add(1, std::memory_order_relaxed);
-      return true;
-    }
-  }
-  if (e->flags & PageEntry::kCountedInParent) DetachFromParent(ns, parent);
-  delete e;
-  return false;
+  absl::MutexLock lock(&shard.mu);
+  // The claim kept every other PUT of this key out since Reserve.
+  shard.RemoveInFlightLocked(ns, key);
+  shard.InsertLocked(e, NextStamp());
+  if (backup != nullptr) SetBackupLocked(shard, e, *backup);
+  tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
+  NamespaceState& s = *Ns(ns);
+  s.pages.fetch_add(1, std::memory_order_relaxed);
+  s.puts.fetch_add(1, std::memory_order_relaxed);
 }
 
 absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey& key,
@@ -156,14 +162,30 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
         absl::StrCat("page of ", bytes, " bytes: pages must be 1 to ", MaxPageBytes(), " bytes"));
   }
   ReserveResult result;
-  if (impl_->Dedup(ns, key, parent)) {
-    state->dedup_puts.fetch_add(1, std::memory_order_relaxed);
-    result.outcome = PutOutcome::kDeduplicated;
-    return result;
+  switch (impl_->ClaimKey(ns, key)) {
+    case Impl::Claim::kPresent:
+      // Re-touch the parent so it stays newer than this child (leaf-first).
+      if (!parent.IsZero()) impl_->TouchKey(ns, parent);
+      [[fallthrough]];
+    case Impl::Claim::kInFlight:
+      // Another PUT of this key holds its claim: it stores the page (or its
+      // reply says why not). Two reservations of one key never coexist.
+      state->dedup_puts.fetch_add(1, std::memory_order_relaxed);
+      result.outcome = PutOutcome::kDeduplicated;
+      return result;
+    case Impl::Claim::kClaimed:
+      break;
   }
   std::string why;
   for (size_t t = 0; t < impl_->tiers.size(); ++t) {
-    absl::StatusOr<Slot> slot = impl_->ReserveIn(ns, t, bytes, impl_->EvictsInline(t));
+    absl::StatusOr<Slot> slot = impl_->ReserveIn(ns, t, bytes);
+    absl::StatusOr<std::optional<Slot>> backup =
+        slot.ok() ? impl_->ReserveBackup(ns, t, bytes) : absl::StatusOr<std::optional<Slot>>();
+    if (slot.ok() && !backup.ok()) {
+      impl_->tiers[t]->tier->Free(*slot);
+      impl_->Uncharge(ns, t, bytes);
+      slot = backup.status();
+    }
     if (!slot.ok()) {
       absl::StrAppend(&why, why.empty() ? "" : "; ",
                       std::string(TierName(impl_->tiers[t]->tier->kind())), " tier ", t, ": ",
@@ -171,7 +193,7 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
       continue;
     }
     Reservation& r = result.reservation;
-    r.mgr_ = this;
+    r.mgr_ = this;  // from here the reservation owns the claim
     r.ns_ = ns;
     r.key_ = key;
     r.parent_ = parent;
@@ -179,12 +201,13 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
     r.tier_index_ = t;
     r.slot_ = *slot;
     r.bytes_ = bytes;
-    if (std::optional<Slot> b = impl_->ReserveBackup(ns, t, bytes)) {
-      r.backup_ = *b;
+    if (backup->has_value()) {
+      r.backup_ = **backup;
       r.has_backup_ = true;
     }
     return result;
   }
+  impl_->ReleaseClaim(ns, key);
   return absl::ResourceExhaustedError(absl::StrCat("namespace '", state->name,
                                                    "': no room for a page of ", bytes,
                                                    " bytes in any tier (", why, ")"));
@@ -214,6 +237,7 @@ Reservation::~Reservation() { Release(); }
 
 void Reservation::Release() {
   if (mgr_ == nullptr) return;
+  mgr_->impl_->ReleaseClaim(ns_, key_);
   if (has_backup_) {
     const size_t last = mgr_->impl_->tiers.size() - 1;
     mgr_->impl_->tiers[last]->tier->Free(backup_);
@@ -274,10 +298,17 @@ Tier* Reservation::DurableTier(Slot* slot) const {
 bool Reservation::Commit() {
   std::vector<Reservation> one;
   one.push_back(std::move(*this));
-  return CommitAll(one) == 1;
+  return CommitAll(one).stored == 1;
 }
 
-size_t Reservation::CommitAll(std::vector<Reservation>& rs) {
+CommitResult Reservation::CommitAll(std::vector<Reservation>& rs) {
+  CommitResult result;
+  auto refuse = [&result](Reservation& r, absl::Status why) {
+    ++result.not_stored;
+    if (result.error.ok()) result.error = std::move(why);
+    if (r.mgr_ != nullptr) r.mgr_->impl_->tiers[r.tier_index_]->durability_failures.fetch_add(1);
+    r.Release();
+  };
   // Every durable copy (pages on NVMe, write-through copies) is recorded
   // with one sync and one index write, before any page becomes visible.
   std::vector<Slot> slots;
@@ -285,19 +316,26 @@ size_t Reservation::CommitAll(std::vector<Reservation>& rs) {
   Tier* durable = nullptr;
   for (Reservation& r : rs) {
     if (r.mgr_ == nullptr) continue;
+    if (!r.filled_) {
+      refuse(r, absl::FailedPreconditionError("page reserved but never filled"));
+      continue;
+    }
     Slot slot;
     Tier* tier = r.DurableTier(&slot);
     if (tier == nullptr) continue;
-    if (!r.filled_ || (durable != nullptr && durable != tier)) {
-      r.Release();  // nothing durable to publish
+    if (durable != nullptr && durable != tier) {
+      refuse(r, absl::InternalError("pages of one commit on two persistent tiers"));
       continue;
     }
     durable = tier;
     slots.push_back(slot);
     metas.push_back(PageMeta{r.mgr_->impl_->Ns(r.ns_)->name, r.key_, r.parent_, r.checksum_, 0});
   }
-  const bool persisted = slots.empty() || durable->PersistBatch(slots, metas).ok();
-  size_t stored = 0;
+  absl::Status persisted = absl::OkStatus();
+  if (!slots.empty()) {
+    persisted = durable->PersistBatch(slots, metas);
+    if (persisted.ok()) KVTIER_KILL_POINT("commit.after_persist");
+  }
   // Parents first, so each child finds its parent in the index and counts
   // itself there (leaf-first eviction needs the count)...
   std::vector<std::pair<NamespaceId, PageKey>> published;
@@ -305,36 +343,30 @@ size_t Reservation::CommitAll(std::vector<Reservation>& rs) {
   for (Reservation& r : rs) {
     if (r.mgr_ == nullptr) continue;
     Slot unused;
-    if (!persisted && r.DurableTier(&unused) != nullptr) {
-      r.Release();
+    if (!persisted.ok() && r.DurableTier(&unused) != nullptr) {
+      // Never a dedup: the page is not stored, and the caller says why.
+      refuse(r, absl::Status(persisted.code(),
+                             absl::StrCat("making the page durable failed: ", persisted.message())));
       continue;
     }
-    TierManager* m = r.mgr_;
-    const std::pair<NamespaceId, PageKey> id{r.ns_, r.key_};
-    if (r.Publish()) {
-      ++stored;
-      mgr = m;
-      published.push_back(id);
-    }
+    mgr = r.mgr_;
+    published.emplace_back(r.ns_, r.key_);
+    r.Publish();
+    ++result.stored;
   }
   // ...then recency tail-first: a chain's ancestors end up more recent than
   // its descendants.
   for (size_t i = published.size(); i-- > 0;) {
     mgr->impl_->TouchKey(published[i].first, published[i].second);
   }
-  return stored;
+  return result;
 }
 
-bool Reservation::Publish() {
-  if (!mgr_->impl_->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_,
-                           has_backup_ ? &backup_ : nullptr)) {
-    // Another PUT of this key won: dedup. Our durable record shares its key;
-    // the winner's copy is the page, so only our slots go.
-    Release();
-    return false;
-  }
-  mgr_ = nullptr;  // the slot and its quota bytes now belong to the entry
-  return true;
+void Reservation::Publish() {
+  mgr_->impl_->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_,
+                      has_backup_ ? &backup_ : nullptr);
+  mgr_ = nullptr;  // the slot, backup, quota bytes and claim now belong to the entry
+  has_backup_ = false;
 }
 
 }  // namespace kvtier::tiers

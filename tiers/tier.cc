@@ -2,6 +2,8 @@
 // messages.
 #include "tiers/tier.h"
 
+#include "tiers/io_guard.h"
+
 namespace kvtier::tiers {
 
 std::string_view TierName(TierKind kind) {
@@ -15,5 +17,17 @@ std::string_view TierName(TierKind kind) {
   }
   return "unknown";
 }
+
+}  // namespace kvtier::tiers
+
+// io_guard.h
+namespace kvtier::tiers {
+namespace {
+thread_local bool tls_no_disk_io = false;
+}  // namespace
+
+NoDiskIoScope::NoDiskIoScope() : prev_(tls_no_disk_io) { tls_no_disk_io = true; }
+NoDiskIoScope::~NoDiskIoScope() { tls_no_disk_io = prev_; }
+bool DiskIoForbiddenHere() { return tls_no_disk_io; }
 
 }  // namespace kvtier::tiers

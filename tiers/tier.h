@@ -1,5 +1,5 @@
-// The one interface every storage tier implements (host now; NVMe and HBM
-// later). A tier is mechanism only: it hands out fixed-size slots and moves
+// The one interface every storage tier implements (HBM, host, NVMe). A tier
+// is mechanism only: it hands out fixed-size slots and moves
 // bytes in and out of them. Placement, recency, pins and quotas live in
 // TierManager, which owns the page index.
 #pragma once
@@ -38,6 +38,7 @@ struct TierCounters {
   uint64_t io_errors = 0;       // failed device reads/writes
   uint64_t recovered_pages = 0; // pages adopted from the index at start
   uint64_t dropped_records = 0; // index records that failed validation at start
+  uint64_t forbidden_io = 0;    // I/Os done on a thread in a NoDiskIoScope (a bug; tests assert 0)
 };
 
 // What a persistent tier records about a page so a restarted daemon can serve
@@ -48,6 +49,11 @@ struct PageMeta {
   PageKey parent;
   uint64_t checksum = 0;  // xxh3-64 of the page bytes
   uint64_t stamp = 0;     // recency, to rebuild LRU order
+  // Record only if the key has no record yet. Moves (demotion, cleaning) set
+  // it: a record already there belongs to a newer PUT of the key (the moved
+  // page was deleted meanwhile), which must keep it. A PUT's own record
+  // replaces any (its key is claimed; an older record is one being deleted).
+  bool create_only = false;
 };
 
 class Tier {
@@ -92,16 +98,17 @@ class Tier {
   virtual bool persistent() const { return false; }
   // Records pages whose bytes were fully written to `slots`, with one sync
   // for all of them. Makes the bytes durable *before* the records, so a crash
-  // never yields a record whose bytes are not there.
+  // never yields a record whose bytes are not there. `written`, if given,
+  // says per page whether its record was written (create_only may skip one).
   virtual absl::Status PersistBatch(const std::vector<Slot>& slots,
-                                    const std::vector<PageMeta>& metas) {
+                                    const std::vector<PageMeta>& metas,
+                                    std::vector<bool>* written = nullptr) {
+    if (written != nullptr) written->assign(slots.size(), true);
     return absl::OkStatus();
   }
-  absl::Status Persist(const Slot& slot, const PageMeta& meta) {
-    return PersistBatch({slot}, {meta});
-  }
-  // Forgets the record of a page; called before its slot is freed so the
-  // record never outlives the bytes.
+  // Forgets the record of a page if it still points at `slot` (a newer copy
+  // of the key elsewhere keeps its record); called before the slot is freed
+  // so the record never outlives the bytes.
   virtual void Unpersist(const Slot& slot, const PageMeta& meta) {}
   // At start: offers every valid record to `adopt` (which returns false to
   // reject it, e.g. unknown namespace: the record is then deleted). Slots of

@@ -46,6 +46,10 @@ absl::Status TierManagerConfig::Validate() const {
         absl::StrCat("index_shards ", index_shards, " must be a power of two in [1, 4096]"));
   }
   if (eviction_batch == 0) return absl::InvalidArgumentError("eviction_batch must be > 0");
+  if (!(clean_fraction >= 0 && clean_fraction < low_watermark)) {
+    return absl::InvalidArgumentError(absl::StrCat("clean_fraction ", clean_fraction,
+                                                   " must be in [0, low watermark)"));
+  }
   if (leaf_scan_limit == 0) return absl::InvalidArgumentError("leaf_scan_limit must be > 0");
   return absl::OkStatus();
 }
@@ -58,6 +62,8 @@ TierManager::Impl::Impl(const TierManagerConfig& c, std::vector<std::unique_ptr<
     const double cap = static_cast<double>(tier->capacity_bytes());
     s->high_bytes = static_cast<uint64_t>(cap * c.high_watermark);
     s->low_bytes = static_cast<uint64_t>(cap * c.low_watermark);
+    s->clean_bytes = static_cast<uint64_t>(cap * c.clean_fraction);
+    s->clean_start_bytes = static_cast<uint64_t>(cap * (c.low_watermark - c.clean_fraction));
     s->tier = std::move(tier);
     tiers.push_back(std::move(s));
   }
@@ -71,6 +77,7 @@ TierManager::Impl::Impl(const TierManagerConfig& c, std::vector<std::unique_ptr<
 
 TierManager::Impl::~Impl() {
   StopEvictor();
+  DrainPendingUnpersist();
   // Pins and reservations are gone by contract; what is left is indexed.
   for (uint32_t i = 0; i < index.num_shards(); ++i) {
     IndexShard& shard = index.shard(i);
@@ -207,6 +214,16 @@ size_t TierManager::EvictTo(size_t tier_index, uint64_t target_bytes) {
   return impl_->EvictTo(tier_index, target_bytes);
 }
 
+size_t TierManager::Clean(size_t tier_index) {
+  if (tier_index >= impl_->tiers.size()) return 0;
+  size_t total = 0;
+  for (;;) {
+    const size_t n = impl_->CleanTier(tier_index, 0, impl_->tiers[tier_index]->clean_bytes);
+    total += n;
+    if (n == 0) return total;
+  }
+}
+
 uint64_t TierManager::MaxPageBytes() const {
   uint64_t best = 0;
   for (const auto& t : impl_->tiers) {
@@ -233,6 +250,9 @@ StoreSnapshot TierManager::Snapshot() const {
     ts.dropped = t->dropped.load(std::memory_order_relaxed);
     ts.admission_drops = t->admission_drops.load(std::memory_order_relaxed);
     ts.checksum_errors = t->checksum_errors.load(std::memory_order_relaxed);
+    ts.clean_pages = t->clean_pages.load(std::memory_order_relaxed);
+    ts.cleaned = t->cleaned.load(std::memory_order_relaxed);
+    ts.durability_failures = t->durability_failures.load(std::memory_order_relaxed);
     const TierCounters c = t->tier->counters();
     ts.io = c;
     ts.bytes_in = c.bytes_written;

@@ -50,6 +50,11 @@ struct TierManagerConfig {
   // later demotion of that page is then free (its copy is already there).
   // Off (write-back): a page reaches NVMe when RAM evicts it.
   bool write_through = false;
+  // Cleaning: once a RAM tier above a persistent tier is fuller than
+  // low_watermark - clean_fraction, the evictor keeps its coldest
+  // clean_fraction of capacity written back (clean), so requests make room
+  // by dropping clean pages, never by writing. 0 turns cleaning off.
+  double clean_fraction = 0.10;
 
   absl::Status Validate() const;
 };
@@ -62,6 +67,13 @@ struct NamespaceConfig {
 
 class TierManager;
 struct PageEntry;  // index entry, private to tier_manager.cc
+
+// What Reservation::CommitAll did.
+struct CommitResult {
+  size_t stored = 0;      // published
+  size_t not_stored = 0;  // refused: the durable copy failed (or never filled)
+  absl::Status error;     // the first reason, when not_stored > 0
+};
 
 // A pinned, readable page. While alive the page is never evicted or freed
 // (a DELETE detaches it from the index; its slot is freed on the last unpin).
@@ -91,8 +103,10 @@ class PagePin {
   PageEntry* entry_ = nullptr;
 };
 
-// A slot reserved for a PUT. Not visible to LOOKUP/GET until Commit().
-// Destroying it uncommitted frees the slot and the quota it held.
+// A slot reserved for a PUT, holding the key's in-flight claim: while it
+// lives every other Reserve of the key is a dedup. Not visible to LOOKUP/GET
+// until Commit(). Destroying it uncommitted frees the slot, the quota it
+// held and the claim.
 class Reservation {
  public:
   Reservation() = default;
@@ -116,19 +130,20 @@ class Reservation {
   // Copies `bytes()` bytes from src into the slot (one copy; for a
   // persistent tier also the xxh3-64 checksum). Counts tier bytes_written.
   absl::Status Fill(const void* src);
-  // Publishes the page. Returns true if stored, false if another PUT of the
-  // same key committed first (this slot is then freed: dedup).
+  // Publishes the page (CommitAll of one). True when stored.
   bool Commit();
-  // Commits every valid reservation of `rs`, last first (so a chain's
-  // ancestors end up more recent), with one sync for all pages that landed on
-  // a persistent tier. Returns how many were stored; the rest lost a dedup
-  // race or could not be made durable. Leaves `rs` all empty.
-  static size_t CommitAll(std::vector<Reservation>& rs);
+  // Commits every valid reservation of `rs` with one sync and one index
+  // write for all pages that have a durable copy (landed on a persistent
+  // tier, or write-through), durable before visible; then publishes them
+  // parents first and touches them tail-first (a chain's ancestors end up
+  // more recent). A page whose durable copy failed is not stored: counted
+  // in not_stored, never as a dedup. Leaves `rs` all empty.
+  static CommitResult CommitAll(std::vector<Reservation>& rs);
 
  private:
   friend class TierManager;
-  void Release();
-  bool Publish();
+  void Release();  // frees the slots and the claim on the key
+  void Publish();
   // The tier and slot of this page's durable copy, or nullptr when it has none.
   Tier* DurableTier(Slot* slot) const;
   TierManager* mgr_ = nullptr;
@@ -168,6 +183,25 @@ struct PromoteResult {
   PagePin pin;  // valid for kPromoted and kAlreadyThere
 };
 
+// Demand reads of a lower tier tell the prefetcher (which implements this
+// outside tiers/) to hold back new promotions while they run.
+class DemandReadHook {
+ public:
+  virtual ~DemandReadHook() = default;
+  virtual void BeginDemandRead() = 0;
+  virtual void EndDemandRead() = 0;
+};
+
+struct ReadOptions {
+  // Move a page read from below the promotion target up into it (and serve
+  // it from there), when the config's promote_on_get allows and the target
+  // has clean room; otherwise the page is read into the caller's bounce
+  // buffer.
+  bool promote = true;
+  int promote_to = -1;  // tier index; -1: the highest host-addressable tier
+  DemandReadHook* demand = nullptr;
+};
+
 struct LookupResult {
   uint32_t hits = 0;               // leading keys present
   std::vector<TierKind> tiers;     // tier of each hit
@@ -190,6 +224,9 @@ struct TierSnapshot {
   uint64_t dropped = 0;          // pages that left the store from this tier
   uint64_t admission_drops = 0;  // of those: refused by the admission filter
   uint64_t checksum_errors = 0;  // pages read back with the wrong checksum
+  uint64_t clean_pages = 0;      // pages here with a durable copy below
+  uint64_t cleaned = 0;          // pages the cleaner wrote back
+  uint64_t durability_failures = 0;  // PUT pages refused: their durable copy failed
   TierCounters io;               // the tier's own counters
 };
 
@@ -231,11 +268,15 @@ class TierManager {
   // Counts a GET hit or miss for the namespace and tier.
   std::optional<PagePin> PinForRead(NamespaceId ns, const PageKey& key);
 
-  // Starts a PUT of one page of `bytes`. A present key is deduplicated
-  // (recency refreshed, nothing stored). Otherwise reserves a slot in the
-  // highest tier with room, evicting LRU unpinned pages (the namespace's own
-  // first when it is over its quota). ResourceExhausted names the tier and
-  // namespace when nothing can be evicted.
+  // Starts a PUT of one page of `bytes`. A present key, or one another PUT
+  // holds reserved, is deduplicated (recency refreshed, nothing stored).
+  // Otherwise claims the key and reserves a slot in the highest tier with
+  // room, making room only by dropping *clean* LRU pages (the namespace's
+  // own first when it is over its quota): never disk I/O, so the frontend
+  // may call it. With no clean page to drop the page lands in the next tier
+  // down (NVMe, written by the caller's copy worker) and the evictor is
+  // asked to clean. Write-through: also reserves the durable copy, or fails.
+  // ResourceExhausted names the tiers and namespace when nothing fits.
   absl::StatusOr<ReserveResult> Reserve(NamespaceId ns, const PageKey& key,
                                         const PageKey& parent, uint64_t bytes);
 
@@ -248,10 +289,26 @@ class TierManager {
   // Used by the evictor thread and by tests.
   size_t EvictTo(size_t tier_index, uint64_t target_bytes);
 
+  // Writes back the coldest dirty pages of RAM tier `tier_index` to the
+  // persistent tier (batches, one sync each) until clean_fraction of it is
+  // clean; returns pages cleaned. The evictor thread does this on its own;
+  // tests and operator flushes call it. May do disk I/O.
+  size_t Clean(size_t tier_index);
+
   // Re-creates the pages of persistent tiers (NVMe) from their indexes, in
   // their recorded LRU order. Call once, after every namespace is added and
   // before serving. Records of unknown namespaces are deleted.
   absl::Status RecoverPersistent();
+
+  // The read operation, for copy workers (it may read the disk): makes a
+  // pinned page readable from host memory and returns its bytes, valid while
+  // `pin` and `bounce` live. A host-addressable slot is returned as it is; a
+  // page of a lower tier is promoted (ReadOptions) or read into `bounce`,
+  // and bytes from a persistent tier are verified against their checksum.
+  // DataLoss: the page failed it (it was dropped and `pin` is reset: a
+  // miss, never wrong bytes); other errors are I/O errors.
+  absl::StatusOr<const uint8_t*> ReadPage(PagePin& pin, std::vector<uint8_t>& bounce,
+                                          const ReadOptions& options);
 
   // Moves a pinned page of a lower tier up to the top tier (promote_on_get):
   // reads it into a new top-tier slot, checks its checksum, then switches

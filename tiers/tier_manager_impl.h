@@ -5,12 +5,14 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "tiers/page_index.h"
 #include "tiers/tier_manager.h"
@@ -32,10 +34,31 @@ struct NamespaceState {
 
 struct TierState {
   std::unique_ptr<Tier> tier;
-  uint64_t high_bytes = 0;  // evictor starts above this
-  uint64_t low_bytes = 0;   // and stops at this
+  uint64_t high_bytes = 0;   // evictor starts above this
+  uint64_t low_bytes = 0;    // and stops at this
+  uint64_t clean_bytes = 0;        // the cleaner keeps this many cold bytes clean...
+  uint64_t clean_start_bytes = 0;  // ...once the tier holds more than this
   Counter pages{0}, pinned_pages{0}, hits{0}, misses{0}, evictions{0};
   Counter demotions{0}, promotions{0}, dropped{0}, admission_drops{0}, checksum_errors{0};
+  Counter clean_pages{0}, clean_page_bytes{0};  // pages here with a durable copy below
+  Counter cleaned{0};                           // pages the cleaner wrote back
+  Counter durability_failures{0};               // PUT pages refused: their copy could not be made durable
+};
+
+// How a caller may make room in a tier. kCleanOnly never causes disk I/O:
+// a RAM page may leave only when it has a durable copy (clean) or moves to
+// another RAM tier, and the persistent tier is never evicted from. The
+// frontend's paths (Reserve) and promotions use it; the evictor, the
+// cleaner and operator actions use kMayWrite.
+enum class EvictMode : uint8_t { kMayWrite, kCleanOnly };
+
+// A durable slot whose record must go before the slot is reused, queued by
+// a thread that may not do disk I/O and finished by the evictor thread.
+struct PendingUnpersist {
+  size_t tier = 0;
+  NamespaceId ns = 0;
+  Slot slot;
+  PageMeta meta;  // ns_name points into the namespace's (immortal) name
 };
 
 struct TierManager::Impl {
@@ -59,6 +82,23 @@ struct TierManager::Impl {
   void FreeEntry(PageEntry* e);
   // Takes an entry out of the index and the page counts.
   void DetachEntryLocked(IndexShard& shard, PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  // The one place an entry changes tier (demotion, promotion, dropping a
+  // clean RAM copy): moves its counts, pin and LRU position to tier `to`
+  // with slot `slot`. `keep_backup` false drops the durable-copy flag (the
+  // backup became the page itself, or the caller frees it).
+  void SwitchTierLocked(IndexShard& shard, PageEntry* e, size_t to, const Slot& slot,
+                        bool keep_backup) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  // Marks e clean with durable copy `backup`, or clears it; keeps the tier's
+  // clean counters equal to its flagged entries.
+  void SetBackupLocked(IndexShard& shard, PageEntry* e, const Slot& backup)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  void ClearBackupLocked(IndexShard& shard, PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu);
+  // Frees a slot of tier t and its quota bytes; a persistent slot's record
+  // goes first. On a thread that may not do disk I/O the record deletion
+  // (and so the free) is queued for the evictor thread.
+  void ReleaseSlot(size_t t, NamespaceId ns, const Slot& slot, const PageMeta& meta);
+  // Finishes queued ReleaseSlot work (evictor thread, and at shutdown).
+  void DrainPendingUnpersist();
   // Adjusts the parent's resident-children count (leaf-first eviction).
   // Returns true when the parent was found and counted the child.
   bool AttachToParent(NamespaceId ns, const PageKey& parent);
@@ -74,29 +114,43 @@ struct TierManager::Impl {
   bool TryCharge(NamespaceState& ns, size_t t, uint64_t bytes);
   void Uncharge(NamespaceId ns, size_t t, uint64_t bytes);
   // Charges `bytes` to ns in tier t, first evicting ns's own pages there
-  // when that is what it takes. False when the quota cannot be met.
-  bool ChargeQuota(NamespaceId ns, size_t t, uint64_t bytes);
-  absl::StatusOr<Slot> AllocateWithEviction(size_t t, uint64_t bytes, bool evict = true);
-  // PUT steps: refresh a present key; charge and allocate in tier t; publish.
-  bool Dedup(NamespaceId ns, const PageKey& key, const PageKey& parent);
-  absl::StatusOr<Slot> ReserveIn(NamespaceId ns, size_t t, uint64_t bytes, bool evict = true);
-  // PUTs never demote inline into a persistent tier: that would put disk
-  // writes and fsyncs on the request path. Such a tier is filled by the
-  // evictor thread; a PUT that finds no room above it lands in it directly.
-  bool EvictsInline(size_t t) const {
-    return IsLastTier(t) || !tiers[t + 1]->tier->persistent();
-  }
-  bool Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t, const Slot& slot,
+  // (as `mode` allows) when that is what it takes. False when the quota
+  // cannot be met.
+  bool ChargeQuota(NamespaceId ns, size_t t, uint64_t bytes, EvictMode mode);
+  absl::StatusOr<Slot> AllocateWithEviction(size_t t, uint64_t bytes, EvictMode mode);
+  // Charge, then allocate, in tier t; uncharges again on failure.
+  absl::StatusOr<Slot> ChargeAndAllocate(NamespaceId ns, size_t t, uint64_t bytes, EvictMode mode);
+  // PUT steps: under the key's shard lock, dedup against a present key or
+  // a PUT of it in flight, else enter the key in the in-flight table.
+  enum class Claim { kClaimed, kPresent, kInFlight };
+  Claim ClaimKey(NamespaceId ns, const PageKey& key);
+  void ReleaseClaim(NamespaceId ns, const PageKey& key);
+  absl::StatusOr<Slot> ReserveIn(NamespaceId ns, size_t t, uint64_t bytes);
+  // Publishes a reserved page (the key is claimed by the caller, so no
+  // entry for it can exist) and releases the claim.
+  void Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t, const Slot& slot,
               uint64_t checksum, const Slot* backup);
   // Write-through: a slot for a PUT's durable copy in the last tier, if it
-  // is persistent and has room.
-  std::optional<Slot> ReserveBackup(NamespaceId ns, size_t t, uint64_t bytes);
+  // is persistent. NotFound when there is no such tier (the page needs no
+  // copy); ResourceExhausted when it has no room (the PUT fails: its reply
+  // would promise durability it does not have).
+  absl::StatusOr<std::optional<Slot>> ReserveBackup(NamespaceId ns, size_t t, uint64_t bytes);
   void FreeBackup(PageEntry* e);
+  bool HasPersistentLastTier() const { return tiers.back()->tier->persistent(); }
 
   // Eviction (eviction.cc). `ns` 0 means any namespace. Returns pages that
   // left tier t (0 or 1).
-  size_t EvictOne(size_t t, NamespaceId ns);
+  size_t EvictOne(size_t t, NamespaceId ns, EvictMode mode);
   size_t EvictTo(size_t t, uint64_t target);
+  // Cleaning (cleaner.cc): writes the coldest dirty pages of RAM tier t to
+  // the persistent tier in one batch (one sync) and marks them clean, until
+  // tier t holds clean_bytes of clean pages (or ns's share of its quota).
+  size_t CleanTier(size_t t, NamespaceId ns, uint64_t want_clean_bytes);
+  // Makes room in the persistent last tier by forgetting backups of RAM
+  // pages first (write-back only); returns bytes freed.
+  uint64_t ReclaimBackups(uint64_t want_bytes);
+  void RequestClean(NamespaceId ns, size_t t);
+  bool CleanRequested();  // runs the namespaces' requests; true on progress
   void KickEvictorIfHigh(size_t t);
   void KickEvictor(size_t t);
   void StartEvictor();
@@ -116,41 +170,74 @@ struct TierManager::Impl {
   std::unique_ptr<std::atomic<NamespaceState*>[]> ns_table;
 
  private:
-  size_t DropLocked(IndexShard& shard, PageEntry* e, size_t t) ABSL_UNLOCK_FUNCTION(shard.mu);
+  size_t DropAndUnlock(IndexShard& shard, PageEntry* e, size_t t) ABSL_UNLOCK_FUNCTION(shard.mu);
   // The next victim of tier t: dropped at once (*dropped) when it leaves the
   // store, else returned pinned once by us for demotion; nullptr when none.
-  PageEntry* TakeVictim(size_t t, NamespaceId ns, bool* dropped);
-  // Demoting e (pinned by us) one tier down: allocate and copy, then (for a
-  // persistent lower tier, possibly batched) persist, then switch the entry
-  // over, or drop it when the lower tier cannot take it.
-  struct Demotion {
+  PageEntry* TakeVictim(size_t t, NamespaceId ns, EvictMode mode, bool* dropped);
+  // Which pages of tier t `mode` may evict; nullopt: none (kCleanOnly never
+  // evicts from a persistent tier: that deletes records).
+  std::optional<VictimFilter> FilterFor(size_t t, EvictMode mode) const;
+  // The page-move primitive (page_move.cc), under demotion, promotion and
+  // cleaning: BeginMove charges the target tier, allocates there (making
+  // room as `mode` allows), copies the bytes and takes their checksum when
+  // they leave or come back from a persistent tier; the caller then
+  // persists (batched: one sync for many moves) when the target is
+  // persistent; FinishMove switches the entry over and uncharges the source,
+  // or undoes everything. The mover holds a pin on e throughout.
+ public:
+  enum class MoveKind : uint8_t {
+    kDemote,   // e leaves `from` for `to` below (a clean page reuses its backup)
+    kPromote,  // e leaves `from` for `to` above; a persistent source stays as its backup
+    kClean,    // e stays; the copy in the last tier becomes its backup
+  };
+  struct PageMove {
+    MoveKind kind = MoveKind::kDemote;
+    EvictMode mode = EvictMode::kMayWrite;  // how the target tier may make room
     PageEntry* e = nullptr;
     IndexShard* shard = nullptr;
-    size_t from = 0;
+    size_t from = 0, to = 0;
     Slot old;
-    absl::StatusOr<Slot> dst = absl::ResourceExhaustedError("over quota in lower tier");
-    bool copied = false;
-    bool persisted = false;
-    bool reuses_backup = false;  // the page's write-through copy becomes it
+    absl::StatusOr<Slot> dst = absl::ResourceExhaustedError("no room in the target tier");
+    bool copied = false;         // the bytes are in dst
+    bool persisted = false;      // dst's record is written (persistent target)
+    bool reuses_backup = false;  // demotion onto the page's own durable copy: no I/O
+    bool corrupt = false;        // read back with the wrong checksum (dropped)
+    bool detached = false;       // FinishMove found the page deleted
     uint64_t checksum = 0;
     PageMeta meta;
+    bool NeedsPersist() const { return copied && !reuses_backup && !persisted; }
   };
-  Demotion PrepareDemotion(PageEntry* e, size_t t);
-  // Returns pages that left tier t (0 or 1).
-  size_t FinishDemotion(Demotion& d);
+  PageMove BeginMove(PageEntry* e, size_t to, MoveKind kind, EvictMode mode);
+  // Persists every move of `moves` that needs it with one PersistBatch.
+  void PersistMoves(std::vector<PageMove>& moves);
+  // Returns true when the move took effect. Does not drop the mover's pin
+  // for kPromote (the caller's pin moves with the page); drops it otherwise.
+  bool FinishMove(PageMove& m);
+ private:
   // Up to max_pages, stopping once tier t would be at or below target bytes.
-  size_t DemoteBatch(size_t t, size_t max_pages, uint64_t target);
-  size_t AbandonDemotionLocked(IndexShard& shard, PageEntry* e, size_t t)
+  size_t DemoteBatch(size_t t, size_t max_pages, uint64_t target, EvictMode mode);
+  size_t AbandonDemotionAndUnlock(IndexShard& shard, PageEntry* e, size_t t)
       ABSL_UNLOCK_FUNCTION(shard.mu);
-  bool CopyBetweenTiers(size_t from, const Slot& src, size_t to, const Slot& dst);
-  int PickVictimShard(size_t t, NamespaceId ns);
+ public:
+  // Copies a page between tiers; with `sum`, also its xxh3-64.
+  bool CopyBetweenTiers(size_t from, const Slot& src, size_t to, const Slot& dst,
+                        uint64_t* sum = nullptr);
+ private:
+  int PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter);
+  PageEntry* TakeDirty(size_t t, NamespaceId ns);
+  void CleanWanted();
   uint32_t ScanLimit(size_t t) const;
   void EvictorLoop();
+  bool EvictorRound();
 
   absl::Mutex evictor_mu;
   absl::CondVar evictor_cv;
   bool evictor_kick ABSL_GUARDED_BY(evictor_mu) = false;
   bool evictor_stop ABSL_GUARDED_BY(evictor_mu) = false;
+  // Namespaces whose quota pressure asked for cleaning, per tier (0 = none).
+  absl::flat_hash_set<std::pair<NamespaceId, size_t>> clean_requests ABSL_GUARDED_BY(evictor_mu);
+  absl::Mutex pending_mu;
+  std::vector<PendingUnpersist> pending_unpersist ABSL_GUARDED_BY(pending_mu);
   std::atomic<bool> stopping{false};
   std::thread evictor;
 };

@@ -1,6 +1,7 @@
 # nvme_tier_test: the NVMe tier under the TierManager (real file, real RocksDB).
 kvtier_test(NAME nvme_tier_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/nvme_tier_test.cc
+       ${PROJECT_SOURCE_DIR}/tests/unit/store_invariants_test.cc
   DEPS kvtier_nvme RocksDB::rocksdb
   LABELS unit
   TIMEOUT 120)

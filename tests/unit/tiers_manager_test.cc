@@ -44,17 +44,38 @@ TEST(TierManagerTest, PresentKeyIsDeduplicated) {
   EXPECT_EQ(m->Snapshot().tiers[0].pages, 1u);
 }
 
-TEST(TierManagerTest, RacingCommitsOfOneKeyKeepOneCopy) {
+// Regression (issue 11): two reservations of one key used to coexist, and
+// on NVMe both wrote a record under the key; the loser's pointed at a slot
+// it then freed. Now the key's in-flight claim makes the second a dedup.
+TEST(TierManagerTest, SecondReservationOfAKeyInFlightIsADedup) {
   auto m = MakeManager({8}, kPage);
   NamespaceId a = AddNs(*m, "a");
+  NamespaceId b = AddNs(*m, "b");
   auto r1 = m->Reserve(a, Key(5), PageKey::Zero(), kPage);
   auto r2 = m->Reserve(a, Key(5), PageKey::Zero(), kPage);
   ASSERT_TRUE(r1.ok() && r2.ok());
-  ASSERT_EQ(r2->outcome, PutOutcome::kReserved);
+  EXPECT_EQ(r1->outcome, PutOutcome::kReserved);
+  EXPECT_EQ(r2->outcome, PutOutcome::kDeduplicated);
+  EXPECT_FALSE(r2->reservation.valid());
+  // The claim is per namespace.
+  auto rb = m->Reserve(b, Key(5), PageKey::Zero(), kPage);
+  ASSERT_TRUE(rb.ok());
+  EXPECT_EQ(rb->outcome, PutOutcome::kReserved);
+  rb->reservation = Reservation();  // abandoned: frees the slot and the claim
+  auto rb2 = m->Reserve(b, Key(5), PageKey::Zero(), kPage);
+  ASSERT_TRUE(rb2.ok());
+  EXPECT_EQ(rb2->outcome, PutOutcome::kReserved);
+  rb2->reservation = Reservation();
+  std::vector<uint8_t> bytes(kPage, 7);
+  ASSERT_TRUE(r1->reservation.Fill(bytes.data()).ok());
   EXPECT_TRUE(r1->reservation.Commit());
-  EXPECT_FALSE(r2->reservation.Commit());
   EXPECT_EQ(m->Snapshot().tiers[0].used_bytes, kPage);
   EXPECT_EQ(NsSnap(*m, a).bytes, kPage);
+  EXPECT_EQ(NsSnap(*m, a).dedup_puts, 1u);
+  // Committed: the next PUT of the key is a dedup against the page.
+  auto r3 = m->Reserve(a, Key(5), PageKey::Zero(), kPage);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(r3->outcome, PutOutcome::kDeduplicated);
 }
 
 TEST(TierManagerTest, LookupCountsLeadingHitsOnly) {
@@ -135,6 +156,7 @@ TEST(TierManagerTest, RamPagesAreExactAndUnhashed) {
   auto r = m->Reserve(a, Key(2), PageKey::Zero(), n);
   ASSERT_TRUE(r.ok());
   std::memcpy(r->reservation.data(), data.data(), n);
+  ASSERT_TRUE(r->reservation.MarkFilled().ok());
   EXPECT_TRUE(r->reservation.Commit());
   auto pin2 = m->PinForRead(a, Key(2));
   ASSERT_TRUE(pin2.has_value());

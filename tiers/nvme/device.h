@@ -180,6 +180,7 @@ struct FaultSpec {
   uint64_t fail_write_n = 0;  // fail the Nth write seen (1-based); 0 = never
   FaultKind read_fault = FaultKind::kEio;
   FaultKind write_fault = FaultKind::kEio;
+  uint64_t fail_flush_n = 0;  // fail the Nth flush (fdatasync) seen with EIO; 0 = never
   bool sticky = false;                // also fail every I/O after the Nth
   bool torn_write_reports_ok = false;  // kTornWrite: silent (true) or EIO
 };
@@ -201,12 +202,14 @@ class FaultControl {
   // Counts one I/O and says which fault (if any) it gets.
   FaultKind NextRead();
   FaultKind NextWrite();
+  bool NextFlushFails();
 
  private:
   mutable absl::Mutex mu_;
   FaultSpec spec_ ABSL_GUARDED_BY(mu_);
   uint64_t reads_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t flushes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t injected_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -15,7 +15,7 @@ namespace kvtier::tiers::nvme {
 void FaultControl::Set(FaultSpec spec) {
   absl::MutexLock lock(&mu_);
   spec_ = spec;
-  reads_ = writes_ = 0;
+  reads_ = writes_ = flushes_ = 0;
 }
 FaultSpec FaultControl::spec() const {
   absl::MutexLock lock(&mu_);
@@ -54,6 +54,13 @@ FaultKind FaultControl::NextWrite() {
   if (!Hits(++writes_, spec_.fail_write_n, spec_.sticky)) return FaultKind::kNone;
   ++injected_;
   return spec_.write_fault;
+}
+
+bool FaultControl::NextFlushFails() {
+  absl::MutexLock lock(&mu_);
+  if (!Hits(++flushes_, spec_.fail_flush_n, spec_.sticky)) return false;
+  ++injected_;
+  return true;
 }
 
 namespace {
@@ -136,7 +143,10 @@ class FaultInjectingDevice final : public Device {
     });
   }
 
-  absl::Status FlushImpl() override { return inner_->Flush(); }
+  absl::Status FlushImpl() override {
+    if (control_->NextFlushFails()) return absl::UnavailableError("fdatasync: injected fault (EIO)");
+    return inner_->Flush();
+  }
 
  private:
   // The status an injected fault reports (OK for a silent torn write).

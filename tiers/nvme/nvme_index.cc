@@ -42,9 +42,14 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
 
 std::string NvmeIndex::EncodeKey(absl::string_view ns, const PageKey& key) {
   std::string k;
-  k.reserve(2 + ns.size() + kPageKeyBytes);
+  k.reserve(4 + ns.size() + kPageKeyBytes);
   k.push_back(kPagePrefix);
-  k.push_back(static_cast<char>(ns.size()));
+  if (ns.size() < 255) {
+    k.push_back(static_cast<char>(ns.size()));
+  } else {
+    k.push_back(0);
+    Append(k, static_cast<uint16_t>(ns.size()));
+  }
   k.append(ns.data(), ns.size());
   k.append(reinterpret_cast<const char*>(key.bytes.data()), kPageKeyBytes);
   return k;
@@ -64,11 +69,19 @@ std::string NvmeIndex::EncodeValue(const IndexRecord& r) {
 
 bool NvmeIndex::Decode(absl::string_view key, absl::string_view value, IndexRecord* out) {
   if (key.size() < 2 || key[0] != kPagePrefix) return false;
-  const size_t ns_len = static_cast<uint8_t>(key[1]);
-  if (ns_len == 0 || key.size() != 2 + ns_len + kPageKeyBytes) return false;
+  size_t ns_len = static_cast<uint8_t>(key[1]);
+  size_t at = 2;
+  if (ns_len == 0) {  // long name: two length bytes follow
+    if (key.size() < 4) return false;
+    const char* p = key.data() + 2;
+    ns_len = Take<uint16_t>(p);
+    at = 4;
+    if (ns_len < 255) return false;  // not how it would have been written
+  }
+  if (key.size() != at + ns_len + kPageKeyBytes) return false;
   if (value.size() != kValueBytes || static_cast<uint8_t>(value[0]) != kRecordVersion) return false;
-  out->ns = std::string(key.substr(2, ns_len));
-  out->key = PageKey::FromBytes(key.data() + 2 + ns_len);
+  out->ns = std::string(key.substr(at, ns_len));
+  out->key = PageKey::FromBytes(key.data() + at + ns_len);
   const char* p = value.data() + 1;
   out->parent = PageKey::FromBytes(p);
   p += kPageKeyBytes;
@@ -130,6 +143,25 @@ absl::Status NvmeIndex::PutBatch(const std::vector<IndexRecord>& records) {
 
 absl::Status NvmeIndex::Delete(absl::string_view ns, const PageKey& key) {
   return FromRocks(db_->Delete(rocksdb::WriteOptions(), EncodeKey(ns, key)), "NVMe index delete");
+}
+
+absl::StatusOr<bool> NvmeIndex::Exists(absl::string_view ns, const PageKey& key) {
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), EncodeKey(ns, key), &v);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return FromRocks(s, "NVMe index read");
+  return true;
+}
+
+absl::Status NvmeIndex::DeleteIf(absl::string_view ns, const PageKey& key, uint64_t offset) {
+  const std::string k = EncodeKey(ns, key);
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), k, &v);
+  if (s.IsNotFound()) return absl::OkStatus();
+  if (!s.ok()) return FromRocks(s, "NVMe index read before delete");
+  IndexRecord r;
+  if (Decode(k, v, &r) && r.offset != offset) return absl::OkStatus();  // a newer copy's record
+  return FromRocks(db_->Delete(rocksdb::WriteOptions(), k), "NVMe index delete");
 }
 
 absl::StatusOr<uint64_t> NvmeIndex::ForEach(const std::function<bool(const IndexRecord&)>& fn) {

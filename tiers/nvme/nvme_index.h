@@ -46,11 +46,18 @@ class NvmeIndex {
   // already be durable.
   absl::Status PutBatch(const std::vector<IndexRecord>& records);
   absl::Status Delete(absl::string_view ns, const PageKey& key);
+  absl::StatusOr<bool> Exists(absl::string_view ns, const PageKey& key);
+  // Deletes the key's record only when it points at `offset`. The caller
+  // serializes it against PutBatch of the same key.
+  absl::Status DeleteIf(absl::string_view ns, const PageKey& key, uint64_t offset);
   // Calls fn for each decodable record. Records that do not decode, and those
   // for which fn returns false, are deleted. Returns how many were deleted.
   absl::StatusOr<uint64_t> ForEach(const std::function<bool(const IndexRecord&)>& fn);
   absl::StatusOr<uint64_t> Count();
 
+  // Namespace names up to 254 bytes take one length byte; longer ones (up
+  // to 65535) a 0 byte then two (little-endian): 0 was never a valid length,
+  // so records written before long names existed decode as they did.
   static std::string EncodeKey(absl::string_view ns, const PageKey& key);
   static std::string EncodeValue(const IndexRecord& r);
   // Parses a stored pair; false when it is not a valid version-1 record.

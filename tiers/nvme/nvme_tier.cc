@@ -11,8 +11,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "kvtier/test_hooks.h"
+#include "tiers/io_guard.h"
 #include "tiers/nvme/nvme_index.h"
 #include "tiers/slab_arena.h"
 
@@ -78,6 +80,7 @@ class NvmeTier final : public Tier {
   uint8_t* Address(const Slot&) override { return nullptr; }
 
   absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) override {
+    CountForbiddenIo();
     if (offset != 0 || n != slot.bytes)
       return absl::InvalidArgumentError("NVMe slots are written whole");
     absl::Status st;
@@ -98,6 +101,7 @@ class NvmeTier final : public Tier {
   }
 
   absl::Status Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) override {
+    CountForbiddenIo();
     if (offset > slot.bytes || n > slot.bytes - offset)
       return absl::OutOfRangeError(absl::StrCat("read [", offset, ", +", n, ") outside a ",
                                                 slot.bytes, "-byte NVMe slot"));
@@ -127,32 +131,53 @@ class NvmeTier final : public Tier {
     c.io_errors = d.read_errors + d.write_errors;
     c.recovered_pages = recovered_.load(std::memory_order_relaxed);
     c.dropped_records = dropped_.load(std::memory_order_relaxed);
+    c.forbidden_io = forbidden_io_.load(std::memory_order_relaxed);
     return c;
   }
 
   bool persistent() const override { return true; }
 
-  absl::Status PersistBatch(const std::vector<Slot>& slots,
-                            const std::vector<PageMeta>& metas) override {
+  absl::Status PersistBatch(const std::vector<Slot>& slots, const std::vector<PageMeta>& metas,
+                            std::vector<bool>* written) override {
+    CountForbiddenIo();
+    if (written != nullptr) written->assign(slots.size(), false);
     // Bytes first: once a record exists it must point at its page.
     if (absl::Status st = device_->Flush(); !st.ok()) return st;
     KVTIER_KILL_POINT("nvme.persist.after_data");
     std::vector<nvme::IndexRecord> records;
+    std::vector<size_t> which;
     records.reserve(slots.size());
-    for (size_t i = 0; i < slots.size(); ++i) {
-      records.push_back(nvme::IndexRecord{std::string(metas[i].ns_name), metas[i].key,
-                                          metas[i].parent, slots[i].offset, slots[i].bytes,
-                                          metas[i].checksum, metas[i].stamp});
+    absl::Status st;
+    {
+      absl::MutexLock lock(&records_mu_);
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if (metas[i].create_only) {
+          absl::StatusOr<bool> exists = index_->Exists(metas[i].ns_name, metas[i].key);
+          if (!exists.ok()) return exists.status();
+          if (*exists) continue;
+        }
+        records.push_back(nvme::IndexRecord{std::string(metas[i].ns_name), metas[i].key,
+                                            metas[i].parent, slots[i].offset, slots[i].bytes,
+                                            metas[i].checksum, metas[i].stamp});
+        which.push_back(i);
+      }
+      if (!records.empty()) st = index_->PutBatch(records);
     }
-    absl::Status st = index_->PutBatch(records);
+    if (st.ok() && written != nullptr) {
+      for (size_t i : which) (*written)[i] = true;
+    }
     KVTIER_KILL_POINT("nvme.persist.after_index");
     return st;
   }
 
-  void Unpersist(const Slot&, const PageMeta& meta) override {
-    // Best effort: if this fails the record may survive a restart, where the
-    // checksum check on read turns it into a miss.
-    (void)index_->Delete(meta.ns_name, meta.key);
+  void Unpersist(const Slot& slot, const PageMeta& meta) override {
+    CountForbiddenIo();
+    // Only this slot's record: once a page left, a new PUT of its key may
+    // own the key's record (another slot), and deleting that would lose an
+    // acknowledged page at the next restart. Best effort: a record that
+    // survives a failed delete fails its checksum after a restart (a miss).
+    absl::MutexLock lock(&records_mu_);
+    (void)index_->DeleteIf(meta.ns_name, meta.key, slot.offset);
   }
 
   absl::Status Recover(const AdoptFn& adopt) override;
@@ -165,6 +190,13 @@ class NvmeTier final : public Tier {
   const uint64_t valid_bytes_;  // data file bytes that existed before this start
   std::atomic<uint64_t> bytes_written_{0}, bytes_read_{0}, alloc_failures_{0};
   std::atomic<uint64_t> recovered_{0}, dropped_{0};
+  std::atomic<uint64_t> forbidden_io_{0};
+  // Orders record writes against conditional deletes of the same key.
+  absl::Mutex records_mu_;
+
+  void CountForbiddenIo() {
+    if (DiskIoForbiddenHere()) forbidden_io_.fetch_add(1, std::memory_order_relaxed);
+  }
 };
 
 absl::Status NvmeTier::Recover(const AdoptFn& adopt) {

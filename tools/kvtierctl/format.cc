@@ -88,14 +88,19 @@ void PrintStatsTables(const wire::StatsReply& s) {
                 (unsigned long)t.evictions(), Bytes(t.bytes_in()).c_str(),
                 Bytes(t.bytes_out()).c_str(), t.backing().c_str());
   }
-  std::printf("\n%-6s %10s %10s %9s %9s %9s %9s %9s %9s\n", "TIER", "DEMOTED", "PROMOTED",
-              "DROPPED", "CKSUM-ERR", "IO-QUEUE", "IO-ERR", "RECOVERED", "BAD-REC");
+  std::printf("\n%-6s %10s %10s %9s %9s %9s %9s %9s %9s %9s %9s\n", "TIER", "DEMOTED", "PROMOTED",
+              "DROPPED", "CKSUM-ERR", "IO-QUEUE", "IO-ERR", "RECOVERED", "BAD-REC", "CLEAN",
+              "CLEANED");
   for (const auto& t : s.tiers()) {
-    std::printf("%-6s %10lu %10lu %9lu %9lu %9lu %9lu %9lu %9lu\n", t.name().c_str(),
+    std::printf("%-6s %10lu %10lu %9lu %9lu %9lu %9lu %9lu %9lu %9lu %9lu\n", t.name().c_str(),
                 (unsigned long)t.demotions(), (unsigned long)t.promotions(),
                 (unsigned long)t.dropped(), (unsigned long)t.checksum_errors(),
                 (unsigned long)t.io_inflight(), (unsigned long)t.io_errors(),
-                (unsigned long)t.recovered_pages(), (unsigned long)t.dropped_records());
+                (unsigned long)t.recovered_pages(), (unsigned long)t.dropped_records(),
+                (unsigned long)t.clean_pages(), (unsigned long)t.cleaned());
+    if (t.durability_failures() > 0 || t.frontend_io() > 0)
+      std::printf("%-6s durability failures %lu, frontend I/O %lu\n", t.name().c_str(),
+                  (unsigned long)t.durability_failures(), (unsigned long)t.frontend_io());
   }
   std::printf("\n%-16s %9s %11s %9s %9s %9s %9s %9s\n", "NAMESPACE", "PAGES", "BYTES",
               "LOOKUP-HIT", "GET-HIT", "PUTS", "DEDUP", "QUOTA-EV");

@@ -126,7 +126,7 @@ absl::StatusOr<size_t> Replayer::PutBatch(absl::Span<const PageKey> keys, const 
     rs.push_back(std::move(r->reservation));
   }
   const size_t reserved = rs.size();
-  const size_t stored = tiers::Reservation::CommitAll(rs);
+  const size_t stored = tiers::Reservation::CommitAll(rs).stored;
   if (stored != reserved) {
     return absl::InternalError(absl::StrCat("single-threaded replay lost ", reserved - stored,
                                             " of ", reserved, " commits"));
