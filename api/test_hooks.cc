@@ -1,6 +1,6 @@
 // Kill points (armed from KVTIER_KILL_POINT, read once) and the sync point
-// registry. Test machinery: plain std::mutex, no attempt at speed beyond the
-// unarmed fast path in the header's macros.
+// registry. Test machinery: std::mutex (StdMutex, so the lock annotations are
+// checked), no attempt at speed beyond the unarmed fast path in the macros.
 #include "kvtier/test_hooks.h"
 
 #include <signal.h>
@@ -12,12 +12,13 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
-#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/ascii.h"
+#include "kvtier/std_mutex.h"
 
 namespace kvtier::test_hooks {
 namespace internal {
@@ -32,9 +33,9 @@ struct KillPoint {
 };
 
 struct KillPoints {
-  std::mutex mu;
-  std::map<std::string, KillPoint, std::less<>> armed;  // "*": every point
-  std::map<std::string, uint64_t, std::less<>> hits;
+  StdMutex mu;
+  std::map<std::string, KillPoint, std::less<>> armed ABSL_GUARDED_BY(mu);  // "*": every point
+  std::map<std::string, uint64_t, std::less<>> hits ABSL_GUARDED_BY(mu);
   std::atomic<uint64_t> rng{0};
 };
 
@@ -77,8 +78,8 @@ uint64_t DefaultSeed() {
   return t ^ (static_cast<uint64_t>(getpid()) << 32);
 }
 
-// Caller holds k.mu.
-absl::Status ArmLocked(KillPoints& k, absl::string_view spec, uint64_t seed) {
+absl::Status ArmLocked(KillPoints& k, absl::string_view spec, uint64_t seed)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(k.mu) {
   std::map<std::string, KillPoint, std::less<>> armed;
   absl::Status st = ParseSpec(spec, &armed);
   if (!st.ok()) armed.clear();
@@ -89,7 +90,7 @@ absl::Status ArmLocked(KillPoints& k, absl::string_view spec, uint64_t seed) {
   return st;
 }
 
-void LoadFromEnvLocked(KillPoints& k) {
+void LoadFromEnvLocked(KillPoints& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(k.mu) {
   const char* spec = std::getenv("KVTIER_KILL_POINT");
   const char* seed_env = std::getenv("KVTIER_KILL_SEED");
   uint64_t seed = DefaultSeed();
@@ -113,10 +114,13 @@ void LoadFromEnvLocked(KillPoints& k) {
 namespace internal {
 
 void KillPointSlow(const char* name) {
+  // Built without hooks (a release build) nothing reaches here through the
+  // macros; a stray direct call still never reads the environment.
+  if constexpr (!kEnabled) return;
   KillPoints& k = Kills();
   double probability = -1.0;
   {
-    std::lock_guard<std::mutex> lock(k.mu);
+    StdMutexLock lock(&k.mu);
     if (g_kill_state.load(std::memory_order_relaxed) == 0) LoadFromEnvLocked(k);
     if (g_kill_state.load(std::memory_order_relaxed) != 2) return;
     ++k.hits[name];
@@ -132,13 +136,13 @@ void KillPointSlow(const char* name) {
 
 absl::Status ArmKillPoints(absl::string_view spec, uint64_t seed) {
   KillPoints& k = Kills();
-  std::lock_guard<std::mutex> lock(k.mu);
+  StdMutexLock lock(&k.mu);
   return ArmLocked(k, spec, seed);
 }
 
 uint64_t KillPointHits(absl::string_view name) {
   KillPoints& k = Kills();
-  std::lock_guard<std::mutex> lock(k.mu);
+  StdMutexLock lock(&k.mu);
   auto it = k.hits.find(name);
   return it == k.hits.end() ? 0 : it->second;
 }
@@ -146,11 +150,11 @@ uint64_t KillPointHits(absl::string_view name) {
 // ---- Sync points -----------------------------------------------------------
 
 struct SyncPoints::State {
-  mutable std::mutex mu;
+  StdMutex mu;
   std::condition_variable cv;
-  std::map<std::string, std::shared_ptr<Callback>, std::less<>> callbacks;
-  std::map<std::string, std::vector<std::string>, std::less<>> predecessors;
-  std::map<std::string, uint64_t, std::less<>> hits;
+  std::map<std::string, std::shared_ptr<Callback>, std::less<>> callbacks ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::vector<std::string>, std::less<>> predecessors ABSL_GUARDED_BY(mu);
+  std::map<std::string, uint64_t, std::less<>> hits ABSL_GUARDED_BY(mu);
 };
 
 SyncPoints& SyncPoints::Get() {
@@ -164,63 +168,71 @@ SyncPoints::State& SyncPoints::state() const {
 }
 
 void SyncPoints::SetCallback(const std::string& name, Callback fn) {
-  std::lock_guard<std::mutex> lock(state().mu);
-  state().callbacks[name] = std::make_shared<Callback>(std::move(fn));
+  State& s = state();
+  StdMutexLock lock(&s.mu);
+  s.callbacks[name] = std::make_shared<Callback>(std::move(fn));
 }
 
 void SyncPoints::ClearCallback(const std::string& name) {
-  std::lock_guard<std::mutex> lock(state().mu);
-  state().callbacks.erase(name);
+  State& s = state();
+  StdMutexLock lock(&s.mu);
+  s.callbacks.erase(name);
 }
 
 void SyncPoints::ClearAll() {
-  std::lock_guard<std::mutex> lock(state().mu);
-  state().callbacks.clear();
-  state().predecessors.clear();
-  state().hits.clear();
-  state().cv.notify_all();
+  State& s = state();
+  StdMutexLock lock(&s.mu);
+  s.callbacks.clear();
+  s.predecessors.clear();
+  s.hits.clear();
+  s.cv.notify_all();
 }
 
 void SyncPoints::LoadDependencies(const std::vector<std::pair<std::string, std::string>>& deps) {
-  std::lock_guard<std::mutex> lock(state().mu);
-  state().predecessors.clear();
-  for (const auto& [before, after] : deps) state().predecessors[after].push_back(before);
-  state().cv.notify_all();
+  State& s = state();
+  StdMutexLock lock(&s.mu);
+  s.predecessors.clear();
+  for (const auto& [before, after] : deps) s.predecessors[after].push_back(before);
+  s.cv.notify_all();
 }
 
 void SyncPoints::EnableProcessing() { internal::g_sync_enabled.store(true); }
 
 void SyncPoints::DisableProcessing() {
   internal::g_sync_enabled.store(false);
-  std::lock_guard<std::mutex> lock(state().mu);
-  state().cv.notify_all();
+  State& s = state();
+  StdMutexLock lock(&s.mu);
+  s.cv.notify_all();
 }
 
 uint64_t SyncPoints::Hits(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(state().mu);
-  auto it = state().hits.find(name);
-  return it == state().hits.end() ? 0 : it->second;
+  State& s = state();
+  StdMutexLock lock(&s.mu);
+  auto it = s.hits.find(name);
+  return it == s.hits.end() ? 0 : it->second;
 }
 
 void SyncPoints::Process(const char* name, void* arg) {
   State& s = state();
-  std::unique_lock<std::mutex> lock(s.mu);
-  auto preds = s.predecessors.find(absl::string_view(name));
-  if (preds != s.predecessors.end()) {
-    const std::vector<std::string> before = preds->second;  // the map may change while we wait
-    s.cv.wait(lock, [&] {
-      if (!internal::g_sync_enabled.load()) return true;
-      for (const std::string& b : before)
-        if (s.hits.find(b) == s.hits.end()) return false;
-      return true;
-    });
-  }
   std::shared_ptr<Callback> cb;
-  if (auto it = s.callbacks.find(absl::string_view(name)); it != s.callbacks.end()) cb = it->second;
-  lock.unlock();
-  if (cb) (*cb)(arg);
+  {
+    StdMutexLock lock(&s.mu);
+    auto preds = s.predecessors.find(absl::string_view(name));
+    if (preds != s.predecessors.end()) {
+      const std::vector<std::string> before = preds->second;  // the map may change while we wait
+      s.mu.Await(s.cv, [&] {
+        s.mu.AssertHeld();
+        if (!internal::g_sync_enabled.load()) return true;
+        for (const std::string& b : before)
+          if (s.hits.find(b) == s.hits.end()) return false;
+        return true;
+      });
+    }
+    if (auto it = s.callbacks.find(absl::string_view(name)); it != s.callbacks.end()) cb = it->second;
+  }
+  if (cb) (*cb)(arg);  // no lock held: a callback may block or reach other points
   // Counted after the callback, so a dependent point runs after it finished.
-  lock.lock();
+  StdMutexLock lock(&s.mu);
   ++s.hits[name];
   s.cv.notify_all();
 }

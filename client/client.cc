@@ -202,7 +202,7 @@ absl::StatusOr<PutResult> Client::Put(absl::Span<const PageKey> keys, const Page
   p->mutable_offsets()->Add(offsets.begin(), offsets.end());
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
   const auto& pr = r.response.put();
-  return PutResult{pr.stored(), pr.deduplicated(), pr.not_stored()};
+  return PutResult{pr.stored(), pr.deduplicated(), pr.not_stored(), pr.not_stored_reason()};
 }
 
 absl::StatusOr<std::vector<std::string>> Client::GetInline(absl::Span<const PageKey> keys) {
@@ -228,7 +228,7 @@ absl::StatusOr<PutResult> Client::PutInline(absl::Span<const PageKey> keys, cons
   p->set_parent(std::string(reinterpret_cast<const char*>(parent.bytes.data()), kPageKeyBytes));
   ASSIGN_OR_RETURN(auto r, impl_->Call(req, pages));
   const auto& pr = r.response.put();
-  return PutResult{pr.stored(), pr.deduplicated(), pr.not_stored()};
+  return PutResult{pr.stored(), pr.deduplicated(), pr.not_stored(), pr.not_stored_reason()};
 }
 
 absl::StatusOr<uint32_t> Client::Delete(absl::Span<const PageKey> keys) {

@@ -63,6 +63,23 @@ class CopyEngine {
   std::atomic<uint64_t> jobs_done_{0};
 };
 
+// The first error of a job whose parts run on several workers at once.
+class FirstError {
+ public:
+  void Set(absl::Status st) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = std::move(st);
+  }
+  absl::Status Get() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return error_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+};
+
 // Splits n items of `item_bytes` into at most `max_parts` contiguous ranges of
 // at least `min_part_bytes` each: [begin, end) pairs.
 std::vector<std::pair<size_t, size_t>> SplitRanges(size_t n, uint64_t item_bytes, int max_parts,

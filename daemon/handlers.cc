@@ -142,7 +142,7 @@ struct InlineGet {
   std::vector<const uint8_t*> src;   // readable bytes of each hit
   std::vector<std::vector<uint8_t>> bounce;
   std::string tiers;
-  absl::Status error;
+  FirstError error;
 };
 
 namespace {
@@ -215,15 +215,15 @@ absl::Status Daemon::SubmitGetInline(Session& s, const DecodedRequest& d,
         job->src[i] = *src;
       } else if (absl::IsDataLoss(src.status())) {
         job->tiers[i] = 0;  // failed its checksum: a miss, never wrong bytes
-      } else if (job->error.ok()) {
-        job->error = src.status();
+      } else {
+        job->error.Set(src.status());
       }
     }
   };
   engine_->Submit({std::move(read)}, [job] {
     Reply reply;
-    if (!job->error.ok()) {
-      reply.response = ErrorResponse(job->request_id, job->error);
+    if (absl::Status error = job->error.Get(); !error.ok()) {
+      reply.response = ErrorResponse(job->request_id, error);
     } else {
       reply = InlineReply(*job);
       reply.response.set_version(kProtocolVersion);

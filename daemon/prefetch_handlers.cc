@@ -5,7 +5,6 @@
 // buffer (docs/PROTOCOL.md, "Prefetch").
 #include <atomic>
 #include <cstring>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
@@ -32,12 +31,8 @@ struct PolicyGet {
   std::string tiers;
   std::vector<std::vector<uint8_t>> bounce;  // pages read from a lower tier without promotion
   std::atomic<bool> fault{false};
-  std::mutex mu;
-  absl::Status error;
-  void Fail(absl::Status st) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (error.ok()) error = std::move(st);
-  }
+  FirstError error;
+  void Fail(absl::Status st) { error.Set(std::move(st)); }
 };
 
 namespace {
@@ -242,8 +237,8 @@ void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
           job->request_id, absl::FailedPreconditionError(absl::StrCat(
                                "GET: buffer '", job->buffer->name(),
                                "' could not be accessed during the copy (truncated?)")));
-    } else if (!job->error.ok()) {
-      reply.response = ErrorResponse(job->request_id, job->error);
+    } else if (absl::Status error = job->error.Get(); !error.ok()) {
+      reply.response = ErrorResponse(job->request_id, error);
     } else {
       reply.response.set_version(kProtocolVersion);
       reply.response.set_request_id(job->request_id);

@@ -2,7 +2,6 @@
 // reserve pages on the frontend thread, then the copy engine moves the bytes
 // in parallel parts and sends the reply when the last part is done.
 #include <cstring>
-#include <mutex>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -53,12 +52,8 @@ struct JobState {
   std::string routing_id;
   std::shared_ptr<ClientBuffer> buffer;  // null for inline
   std::atomic<bool> fault{false};
-  std::mutex mu;
-  absl::Status error;  // first copy error, guarded by mu
-  void Fail(absl::Status st) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (error.ok()) error = std::move(st);
-  }
+  FirstError error;  // the first copy error
+  void Fail(absl::Status st) { error.Set(std::move(st)); }
 };
 
 struct GetJob : JobState {
@@ -166,8 +161,8 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
     Reply reply;
     if (job->fault) {
       reply.response = ErrorResponse(job->request_id, BufferFault("GET", *job->buffer));
-    } else if (!job->error.ok()) {
-      reply.response = ErrorResponse(job->request_id, job->error);
+    } else if (absl::Status error = job->error.Get(); !error.ok()) {
+      reply.response = ErrorResponse(job->request_id, error);
     } else {
       reply.response.set_version(kProtocolVersion);
       reply.response.set_request_id(job->request_id);
@@ -223,8 +218,8 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
     parts.push_back([job, b = b, e = e] { FillPutRange(*job, b, e); });
   engine_->Submit(std::move(parts), [job] {
     Reply reply;
-    if (job->fault || !job->error.ok()) {
-      absl::Status st = job->fault ? BufferFault("PUT", *job->buffer) : job->error;
+    if (absl::Status error = job->error.Get(); job->fault || !error.ok()) {
+      absl::Status st = job->fault ? BufferFault("PUT", *job->buffer) : error;
       job->reservations.clear();  // frees the slots: nothing half-written is published
       reply.response = ErrorResponse(job->request_id, st);
       return ReplyFrames(job->routing_id, std::move(reply));

@@ -112,15 +112,14 @@ absl::Time Prefetcher::ExpireLocked(absl::Time now, std::vector<tiers::PagePin>*
   return next;
 }
 
-void Prefetcher::ProbeWatchLocked() {
+std::vector<JobId> Prefetcher::WatchedLocked() const {
   std::vector<JobId> ids;
   ids.reserve(watch_.size());
   for (const auto& [id, since] : watch_) ids.push_back(id);
-  // Locate takes shard locks: probe without ours.
-  mu_.Unlock();
-  std::vector<int> where(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) where[i] = store_->Locate(ids[i].ns, ids[i].key);
-  mu_.Lock();
+  return ids;
+}
+
+void Prefetcher::SettleWatchLocked(absl::Span<const JobId> ids, absl::Span<const int> where) {
   const absl::Time now = absl::Now();
   for (size_t i = 0; i < ids.size(); ++i) {
     auto it = watch_.find(ids[i]);
@@ -142,7 +141,12 @@ void Prefetcher::TimerLoop() {
     absl::Time now = absl::Now();
     next_wake_ = ExpireLocked(now, &release, &fire);
     if (now >= next_probe_ && !watch_.empty()) {
-      ProbeWatchLocked();
+      const std::vector<JobId> ids = WatchedLocked();
+      mu_.Unlock();  // Locate takes shard locks: probe without ours
+      std::vector<int> where(ids.size());
+      for (size_t i = 0; i < ids.size(); ++i) where[i] = store_->Locate(ids[i].ns, ids[i].key);
+      mu_.Lock();
+      SettleWatchLocked(ids, where);
       next_probe_ = absl::Now() + config_.watch_period;
     }
     if (!release.empty() || !fire.empty()) {

@@ -247,8 +247,10 @@ void Prefetcher::WorkerLoop() {
 void Prefetcher::RunBatch(std::vector<Job>& batch) {
   // One job at a time, so a waiting GET is released as soon as its page is up.
   for (const Job& job : batch) {
-    std::vector<tiers::PromoteResult> r =
-        store_->PromoteBatch(job.ns, absl::MakeConstSpan(&job.key, 1), target_);
+    // Prefetch threads may write a dirty page back to make room (the
+    // cleaner usually left clean ones); a GET's own promotion may not.
+    std::vector<tiers::PromoteResult> r = store_->PromoteBatch(
+        job.ns, absl::MakeConstSpan(&job.key, 1), target_, tiers::EvictMode::kMayWrite);
     std::vector<std::shared_ptr<Waiter>> fire;
     tiers::PagePin release;
     {

@@ -89,35 +89,40 @@ class Prefetcher {
   ~Prefetcher();  // Shutdown()
 
   // Queues promotions of `keys` that sit below the target tier.
-  ScheduleResult Schedule(tiers::NamespaceId ns, absl::Span<const PageKey> keys, const Hint& hint);
+  ScheduleResult Schedule(tiers::NamespaceId ns, absl::Span<const PageKey> keys, const Hint& hint)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // LOOKUP lookahead: `tiers` are the kinds of the chain's leading hits.
   ScheduleResult OnLookup(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
-                          absl::Span<const tiers::TierKind> tiers, uint64_t page_bytes);
+                          absl::Span<const tiers::TierKind> tiers, uint64_t page_bytes)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // GET side. Whether any key has a queued or running promotion.
-  bool AnyPending(tiers::NamespaceId ns, absl::Span<const PageKey> keys) const;
+  bool AnyPending(tiers::NamespaceId ns, absl::Span<const PageKey> keys) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // How many keys have a queued or running promotion.
-  size_t CountPending(tiers::NamespaceId ns, absl::Span<const PageKey> keys) const;
+  size_t CountPending(tiers::NamespaceId ns, absl::Span<const PageKey> keys) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Runs `done` once every key's queued or running promotion has finished
   // (raising queued ones to demand), or at `deadline`, whichever is first.
   // With `schedule_below_target`, keys below the target tier that nothing
   // is promoting get demand jobs first. `done` runs at once (on this thread)
   // when nothing is pending; at shutdown it runs from Shutdown().
   void WhenReady(tiers::NamespaceId ns, absl::Span<const PageKey> keys, bool schedule_below_target,
-                 uint64_t page_bytes, absl::Time deadline, std::function<void()> done);
+                 uint64_t page_bytes, absl::Time deadline, std::function<void()> done)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A GET pinned (ns, key): its lease, if any, is no longer needed.
-  void OnDemandRead(tiers::NamespaceId ns, const PageKey& key) {
+  void OnDemandRead(tiers::NamespaceId ns, const PageKey& key) ABSL_LOCKS_EXCLUDED(mu_) {
     OnDemandRead(ns, absl::MakeConstSpan(&key, 1));
   }
   // The same for every key a GET pinned, under one lock.
-  void OnDemandRead(tiers::NamespaceId ns, absl::Span<const PageKey> keys);
+  void OnDemandRead(tiers::NamespaceId ns, absl::Span<const PageKey> keys) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Demand reads of lower tiers (a GET reading NVMe itself) hold one of these
   // while they run; prefetch does not start new work meanwhile.
   class DemandScope {
    public:
     DemandScope() = default;
-    explicit DemandScope(Prefetcher* p);
+    explicit DemandScope(Prefetcher* p) ABSL_LOCKS_EXCLUDED(p->mu_);
     DemandScope(DemandScope&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
     DemandScope& operator=(DemandScope&&) = delete;
     ~DemandScope();
@@ -125,14 +130,14 @@ class Prefetcher {
    private:
     Prefetcher* p_ = nullptr;
   };
-  DemandScope DemandIo() { return DemandScope(this); }
+  DemandScope DemandIo() ABSL_LOCKS_EXCLUDED(mu_) { return DemandScope(this); }
 
-  PrefetchCounters counters() const;
+  PrefetchCounters counters() const ABSL_LOCKS_EXCLUDED(mu_);
   int target_index() const { return target_; }
   const PrefetcherConfig& config() const { return config_; }
   // Stops the threads, cancels queued jobs, runs pending WhenReady
   // callbacks and releases every lease. Idempotent.
-  void Shutdown();
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // A WhenReady call: `done` runs once, when `remaining` reaches 0 or at
@@ -158,13 +163,15 @@ class Prefetcher {
   Prefetcher(const PrefetcherConfig& config, tiers::TierManager* store,
              std::unique_ptr<PrefetchPolicy> policy, int target);
   void Start();
-  void WorkerLoop();
-  void TimerLoop();
+  // The loops take mu_ themselves and drop it around store calls (which take
+  // shard locks: never called with mu_ held) and callbacks.
+  void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void TimerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Takes up to batch_pages jobs in queue order while the policy admits
   // them; drops jobs past their deadline on the way (their waiters to *fire).
   std::vector<Job> TakeBatch(std::vector<std::shared_ptr<Waiter>>* fire)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RunBatch(std::vector<Job>& batch);
+  void RunBatch(std::vector<Job>& batch) ABSL_LOCKS_EXCLUDED(mu_);
   // Records a job's outcome: a lease, or the pin to drop (into *release,
   // dropped by the caller after unlocking), counters, waiters to *fire.
   void Finish(const Job& job, tiers::PromoteResult result,
@@ -173,13 +180,19 @@ class Prefetcher {
   void WakeWaitersLocked(const JobId& id, std::vector<std::shared_ptr<Waiter>>* fire)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ScheduleResult AddJobs(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
-                         absl::Span<const uint32_t> which, const Hint& hint);
+                         absl::Span<const uint32_t> which, const Hint& hint)
+      ABSL_LOCKS_EXCLUDED(mu_);
   PrefetchLoad LoadLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Timer work: expired leases, overdue waiters, the wasted watch.
   absl::Time ExpireLocked(absl::Time now, std::vector<tiers::PagePin>* release,
                           std::vector<std::shared_ptr<Waiter>>* fire)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ProbeWatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The wasted watch, in two halves around the caller's unlocked Locate of
+  // each watched page: the pages to probe, then the outcome (`where[i]` is
+  // Locate(ids[i])): pages gone from the target count as wasted.
+  std::vector<JobId> WatchedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SettleWatchLocked(absl::Span<const JobId> ids, absl::Span<const int> where)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void Fire(std::vector<std::shared_ptr<Waiter>>& fire);
 
   const PrefetcherConfig config_;

@@ -23,12 +23,12 @@ BS_LIST="${NVME_BENCH_BS:-256KiB,1MiB,4MiB}"
 QD_LIST="${NVME_BENCH_QD:-1,32}"
 
 command -v fio >/dev/null || { echo "bench_nvme: fio is not installed" >&2; exit 1; }
-if [ ! -x "$BUILD_DIR/tools/bench/kvtier-nvme-bench" ] || [ -n "${NVME_BENCH_REBUILD:-}" ]; then
+if [ ! -x "$BUILD_DIR/tiers/nvme/bench/kvtier-nvme-bench" ] || [ -n "${NVME_BENCH_REBUILD:-}" ]; then
   [ -f "$BUILD_DIR/CMakeCache.txt" ] ||
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   ninja -C "$BUILD_DIR" kvtier-nvme-bench >/dev/null
 fi
-BENCH="$BUILD_DIR/tools/bench/kvtier-nvme-bench"
+BENCH="$BUILD_DIR/tiers/nvme/bench/kvtier-nvme-bench"
 
 mkdir -p "$DIR/results"
 rm -f "$DIR"/results/*.json

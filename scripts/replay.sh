@@ -16,12 +16,11 @@ BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
 HOST_BYTES="${HOST_BYTES:-4GiB}"
 NVME_BYTES="${NVME_BYTES:-16GiB}"
 TRACE="${TRACE:-tests/data/synthetic_trace.jsonl}"
-# NVMe hits are served from NVMe without moving them up: with promotion (on
-# GET or by LOOKUP lookahead) every promoted page is written to the disk again
-# when RAM evicts it, ~92 GB of writes instead of ~52 GB for this trace, and
-# the disk's write bandwidth bounds the replay. KVTIERD_FLAGS= (empty) runs
-# the daemon's default policy.
-KVTIERD_FLAGS="${KVTIERD_FLAGS---promote_on_get=false --prefetch_lookahead=false}"
+# The daemon's default policy (promotion on GET and LOOKUP lookahead on). The
+# NVMe tier is inclusive, so a promoted page keeps its NVMe copy and is not
+# written again when RAM evicts it; KVTIERD_FLAGS adds policy flags (e.g.
+# "--promote_on_get=false --prefetch_lookahead=false").
+KVTIERD_FLAGS="${KVTIERD_FLAGS-}"
 KVTIERD="${KVTIERD:-$BUILD_DIR/daemon/kvtierd}"
 STRESS="$BUILD_DIR/tools/stress/kvtier-stress"
 
@@ -77,6 +76,15 @@ echo "== report: $BUILD_DIR/replay.json, time series: $BUILD_DIR/replay.csv"
 # The daemon's own counters (prefetch among them) for scripts/bench_prefetch.sh.
 "$BUILD_DIR/tools/kvtierctl" stats --json --endpoint="ipc://$TMP/kvtierd.sock" \
   > "$BUILD_DIR/replay_daemon.json" 2>/dev/null || true
+python3 - "$BUILD_DIR/replay_daemon.json" <<'PY' || true
+import json, sys
+d = json.load(open(sys.argv[1]))
+tiers = {t["name"]: t for t in d.get("tiers", d.get("stats", {}).get("tiers", []))}
+n, h = tiers.get("nvme", {}), tiers.get("host", {})
+print(f"== NVMe bytes written {int(n.get('bytes_in', 0))/1e9:.2f} GB, read {int(n.get('bytes_out', 0))/1e9:.2f} GB; "
+      f"host demotions {h.get('demotions', 0)}, promotions {h.get('promotions', 0)}, cleaned {h.get('cleaned', 0)}, "
+      f"frontend I/O {sum(int(t.get('frontend_io', 0)) for t in tiers.values())}")
+PY
 kill -TERM "$PID" 2>/dev/null || true
 wait "$PID" 2>/dev/null || true
 PID=""

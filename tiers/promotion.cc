@@ -48,7 +48,7 @@ std::optional<PagePin> TierManager::PinForPromotion(NamespaceId ns, const PageKe
   return PagePin(this, e);
 }
 
-PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to) {
+PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to, EvictMode mode) {
   Impl& m = *impl_;
   PageEntry* e = pin.entry_;
   if (e == nullptr) return PromoteOutcome::kMissing;
@@ -60,9 +60,9 @@ PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to) {
     if (e->tier <= to) return PromoteOutcome::kAlreadyThere;
     if (e->pins != 1) return PromoteOutcome::kBusy;
   }
-  // Room above is made only by dropping clean pages: a promotion (on a GET
-  // or for prefetch) never waits on a write-back.
-  Impl::PageMove move = m.BeginMove(e, to, Impl::MoveKind::kPromote, EvictMode::kCleanOnly);
+  // A GET's promotion makes room only by dropping clean pages: it never
+  // waits on a write-back. The prefetcher's threads may write one back.
+  Impl::PageMove move = m.BeginMove(e, to, Impl::MoveKind::kPromote, mode);
   if (!move.dst.ok()) return PromoteOutcome::kNoRoom;
   // Tests stop here to race an eviction or a DELETE against the promotion
   // (the argument is the page's key).
@@ -74,12 +74,13 @@ PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to) {
 }
 
 std::vector<PromoteResult> TierManager::PromoteBatch(NamespaceId ns,
-                                                     absl::Span<const PageKey> keys, size_t to) {
+                                                     absl::Span<const PageKey> keys, size_t to,
+                                                     EvictMode mode) {
   std::vector<PromoteResult> out(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
     std::optional<PagePin> pin = PinForPromotion(ns, keys[i]);
     if (!pin) continue;  // kMissing
-    out[i].outcome = PromoteTo(*pin, to);
+    out[i].outcome = PromoteTo(*pin, to, mode);
     if (out[i].outcome == PromoteOutcome::kPromoted ||
         out[i].outcome == PromoteOutcome::kAlreadyThere) {
       out[i].pin = *std::move(pin);

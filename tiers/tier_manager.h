@@ -167,6 +167,13 @@ struct ReserveResult {
   Reservation reservation;  // valid iff outcome == kReserved
 };
 
+// How a caller may make room in a tier. kCleanOnly never causes disk I/O:
+// a RAM page may leave only when it has a durable copy (clean) or moves to
+// another RAM tier, and the persistent tier is never evicted from. The
+// request path (Reserve) and a GET's promotions use it; the evictor, the
+// cleaner, operator actions and the prefetcher's own threads may write.
+enum class EvictMode : uint8_t { kMayWrite, kCleanOnly };
+
 // What PromoteTo did with a page (prefetch counts these).
 enum class PromoteOutcome {
   kPromoted,      // now in the target tier
@@ -348,11 +355,12 @@ class TierManager {
   // reads it into a new slot there, checks its checksum when it comes from a
   // persistent tier, then switches the entry over. The pin must be the
   // page's only one (readers use its slot). Pages at or above `to` are left.
-  PromoteOutcome PromoteTo(PagePin& pin, size_t to);
+  // Room in `to` is made as `mode` allows.
+  PromoteOutcome PromoteTo(PagePin& pin, size_t to, EvictMode mode = EvictMode::kCleanOnly);
   // Pins and promotes each key to tier `to`; the pins of the pages that end
   // at or above `to` come back (for the caller to hold as leases).
   std::vector<PromoteResult> PromoteBatch(NamespaceId ns, absl::Span<const PageKey> keys,
-                                          size_t to);
+                                          size_t to, EvictMode mode = EvictMode::kCleanOnly);
 
   // Largest page any tier can hold (HELLO rejects layouts above it).
   uint64_t MaxPageBytes() const;

@@ -45,12 +45,6 @@ struct TierState {
   Counter durability_failures{0};               // PUT pages refused: their copy could not be made durable
 };
 
-// How a caller may make room in a tier. kCleanOnly never causes disk I/O:
-// a RAM page may leave only when it has a durable copy (clean) or moves to
-// another RAM tier, and the persistent tier is never evicted from. The
-// frontend's paths (Reserve) and promotions use it; the evictor, the
-// cleaner and operator actions use kMayWrite.
-enum class EvictMode : uint8_t { kMayWrite, kCleanOnly };
 
 // A durable slot whose record must go before the slot is reused, queued by
 // a thread that may not do disk I/O and finished by the evictor thread.

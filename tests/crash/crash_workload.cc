@@ -3,7 +3,9 @@
 #include "tests/crash/crash_workload.h"
 
 #include <algorithm>
-#include <cstdio>
+#include <chrono>
+#include <cstdint>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/page_pattern.h"
@@ -12,8 +14,8 @@
 namespace kvtier::crash {
 namespace {
 
-constexpr uint64_t kControlBase = 1ull << 62;  // chain ids never PUT
 constexpr int kControlChains = 8;
+constexpr uint64_t kBatchBytes = 1 << 20;  // bytes per checker GET
 
 bool DaemonGone(const absl::Status& st) {
   return absl::IsUnavailable(st) || absl::IsDeadlineExceeded(st);
@@ -27,100 +29,138 @@ std::string PageFor(const PageKey& key, uint64_t bytes) {
 
 }  // namespace
 
-Layout CrashLayout() {
-  return Layout{.layers = 1, .kv_heads = 1, .head_dim = 128, .tokens_per_page = 256,
+Layout CrashLayout(uint32_t tokens_per_page) {
+  return Layout{.layers = 1, .kv_heads = 1, .head_dim = 128, .tokens_per_page = tokens_per_page,
                 .dtype = Dtype::kFp16};
 }
 
 Workload::Workload(WorkloadOptions options)
-    : options_(std::move(options)), layout_(CrashLayout()), rng_(options_.seed ^ 0x5eed),
-      attempted_log_(options_.dir + "/attempted.log", std::ios::app),
-      acked_log_(options_.dir + "/acked.log", std::ios::app) {
-  for (int i = 0; i < kControlChains; ++i) controls_.push_back(ChainKeys(kControlBase + i));
-}
-
-std::vector<PageKey> Workload::ChainKeys(uint64_t id) const {
-  std::vector<uint32_t> tokens(size_t{options_.chain_pages} * layout_.tokens_per_page);
-  const uint64_t salt = options_.seed * 0x9E3779B97F4A7C15ull + id * 0xBF58476D1CE4E5B9ull;
-  for (size_t i = 0; i < tokens.size(); ++i)
-    tokens[i] = static_cast<uint32_t>((salt >> (i % 32)) + i * 7919u);
-  return DeriveChain(layout_.Id(), layout_.tokens_per_page, tokens);
-}
+    : options_(std::move(options)),
+      layout_(CrashLayout(options_.tokens_per_page)),
+      planner_(PlanOptions{options_.seed, layout_, options_.chain_pages, options_.sessions,
+                           options_.shared, options_.repeat_share}),
+      ledger_(options_.dir, options_.sessions),
+      rng_(options_.seed ^ 0x5eed),
+      next_put_(options_.sessions, 0) {}
 
 void Workload::PutUntil(const std::string& endpoint, const std::atomic<bool>& stop) {
-  ClientOptions o{endpoint, "default", "", layout_, "crash-writer", std::chrono::milliseconds(300)};
+  const uint64_t phase = phase_++;
+  std::vector<std::thread> writers;
+  for (uint32_t s = 0; s < options_.sessions; ++s)
+    writers.emplace_back([&, s] { Writer(s, phase, endpoint, stop); });
+  for (std::thread& t : writers) t.join();
+}
+
+void Workload::Writer(uint32_t session, uint64_t phase, const std::string& endpoint,
+                      const std::atomic<bool>& stop) {
+  ClientOptions o{endpoint, "default", "", layout_, absl::StrCat("crash-writer-", session),
+                  std::chrono::milliseconds(options_.put_timeout_ms)};
+  std::mt19937_64 rng(options_.seed ^ (phase * 0x9E3779B97F4A7C15ull) ^ (session + 1));
+  const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<Client> client;
   while (!stop.load()) {
     if (client == nullptr) {
       auto c = Client::Connect(o);
-      if (!c.ok()) continue;  // the daemon is being killed, or slow: retry until told to stop
+      if (!c.ok()) {  // the daemon is being killed, or slow: retry until told to stop
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
       client = *std::move(c);
     }
-    Chain chain{ChainKeys(next_chain_++), 0, complete_checks_};
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - t0).count();
+    const uint64_t round = static_cast<uint64_t>(ms) / std::max(1, options_.round_ms);
+    const uint64_t put = next_put_[session]++;
+    const PlannedPut p = planner_.Next(session, phase, round, put, rng);
     std::vector<std::string> pages;
-    std::vector<absl::string_view> views;
-    for (const PageKey& k : chain.keys) {
-      attempted_log_ << k.ToHex() << '\n';
-      pages.push_back(PageFor(k, client->page_bytes()));
-    }
-    for (const std::string& p : pages) views.push_back(p);
-    attempted_ += chain.keys.size();
-    auto put = client->PutInline(chain.keys, PageKey::Zero(), views);
-    if (put.ok()) {
-      chain.acked = std::min<uint32_t>(put->stored + put->deduplicated, chain.keys.size());
-      for (uint32_t i = 0; i < chain.acked; ++i) acked_log_ << chain.keys[i].ToHex() << '\n';
-      acked_ += chain.acked;
+    for (const PageKey& k : p.keys) pages.push_back(PageFor(k, client->page_bytes()));
+    const std::vector<absl::string_view> views(pages.begin(), pages.end());
+    ledger_.Sent(session, put, p);
+    auto reply = client->PutInline(p.keys, PageKey::Zero(), views);
+    if (reply.ok()) {
+      ledger_.Replied(session, put, p, *reply);
     } else {
+      ledger_.Failed(session, put, reply.status());
       client.reset();  // a fresh session after any error
     }
-    chains_.push_back(std::move(chain));
   }
-  attempted_log_.flush();
-  acked_log_.flush();
 }
 
-// Every chain sent since the last complete check, then random older ones up
-// to verify_max pages.
-std::vector<size_t> Workload::Sample() {
-  std::vector<size_t> recent, older;
-  for (size_t i = 0; i < chains_.size(); ++i)
-    (chains_[i].since == complete_checks_ ? recent : older).push_back(i);
-  const size_t per_chain = std::max<size_t>(1, options_.chain_pages);
-  const size_t room = options_.verify_max / per_chain;
-  if (older.size() + recent.size() > room) {
-    std::shuffle(older.begin(), older.end(), rng_);
-    older.resize(room > recent.size() ? room - recent.size() : 0);
+// Every page acknowledged since the last complete check, then random older
+// acknowledged ones up to verify_max, and a few sent but never acknowledged
+// (those may be present or not, but never wrong). In ledger order, so a
+// batch mostly holds chains.
+std::vector<uint32_t> Workload::Sample(size_t max) {
+  const std::vector<KeyRecord>& recs = ledger_.records();
+  std::vector<uint32_t> pending, older, unacked;
+  for (uint32_t i = 0; i < recs.size(); ++i) {
+    if (!recs[i].acked) unacked.push_back(i);
+    else (recs[i].epoch == ledger_.epoch() ? pending : older).push_back(i);
   }
-  recent.insert(recent.end(), older.begin(), older.end());
-  return recent;
+  const size_t room = max > pending.size() ? max - pending.size() : 0;
+  std::shuffle(older.begin(), older.end(), rng_);
+  older.resize(std::min(older.size(), room));
+  std::shuffle(unacked.begin(), unacked.end(), rng_);
+  unacked.resize(std::min(unacked.size(), std::max<size_t>(8, options_.verify_max / 16)));
+  pending.insert(pending.end(), older.begin(), older.end());
+  pending.insert(pending.end(), unacked.begin(), unacked.end());
+  std::sort(pending.begin(), pending.end());
+  return pending;
 }
 
-// Not OK when the daemon did not answer (r is then untouched).
-absl::Status Workload::CheckChain(Client& client, const std::vector<PageKey>& keys,
-                                  uint32_t acked, bool control, CheckResult* r,
-                                  uint64_t* acked_present) {
-  if (keys.empty()) return absl::OkStatus();
+// Not OK when the daemon did not answer (r and the ledger are then untouched).
+absl::Status Workload::CheckBatch(Client& client, const std::vector<uint32_t>& batch,
+                                  CheckResult* r) {
+  std::vector<KeyRecord>& recs = ledger_.records();
+  std::vector<PageKey> keys;
+  for (uint32_t i : batch) keys.push_back(recs[i].key);
   auto look = client.Lookup(keys);
   if (!look.ok()) return look.status();
   auto got = client.GetInline(keys);
   if (!got.ok()) return got.status();
   r->lookup_hits += look->hits;
-  for (size_t i = 0; i < keys.size() && i < got->size(); ++i) {
-    const std::string& page = (*got)[i];
+  for (size_t j = 0; j < keys.size() && j < got->size(); ++j) {
+    KeyRecord& rec = recs[batch[j]];
+    const bool pending = rec.acked && rec.epoch == ledger_.epoch();
+    const std::string& page = (*got)[j];
     ++r->checked;
-    if (page.empty()) continue;
+    r->acked_checked += rec.acked;
+    r->pending_acked += pending;
+    if (page.empty()) {
+      if (!rec.acked) continue;
+      ++r->missing_by_class[static_cast<int>(rec.cls)];
+      if (r->missing_example.empty())
+        r->missing_example = absl::StrCat(rec.key.ToHex(), " (", KeyClassName(rec.cls), ")");
+      if (!rec.lost) ++r->newly_lost;
+      rec.lost = true;
+      continue;
+    }
     ++r->present;
-    if (i < acked) ++*acked_present;
+    r->acked_present += rec.acked;
+    r->pending_survived += pending;
     const uint64_t bad = page.size() != client.page_bytes()
-                             ? 0
-                             : tools::CheckPattern(keys[i], reinterpret_cast<const uint8_t*>(page.data()), page.size());
-    if (control) {
-      ++r->phantom;
-      absl::StrAppend(&r->errors, "never-PUT key ", keys[i].ToHex(), " was served; ");
-    } else if (page.size() != client.page_bytes() || bad != page.size()) {
+        ? 0 : tools::CheckPattern(rec.key, reinterpret_cast<const uint8_t*>(page.data()), page.size());
+    if (page.size() != client.page_bytes() || bad != page.size()) {
       ++r->corrupt;
-      absl::StrAppend(&r->errors, "key ", keys[i].ToHex(), " (acked: ", i < acked ? "yes" : "no",
-                      ") served ", page.size(), " bytes, wrong from byte ", bad, "; ");
+      absl::StrAppend(&r->errors, "key ", rec.key.ToHex(), " (", KeyClassName(rec.cls),
+                      ", acked: ", rec.acked ? "yes" : "no", ") served ", page.size(),
+                      " bytes, wrong from byte ", bad, "; ");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Workload::CheckControls(Client& client, CheckResult* r) {
+  for (int i = 0; i < kControlChains; ++i) {
+    const std::vector<PageKey> keys = planner_.Control(i);
+    auto got = client.GetInline(keys);
+    if (!got.ok()) return got.status();
+    for (size_t j = 0; j < got->size(); ++j) {
+      ++r->checked;
+      if ((*got)[j].empty()) continue;
+      ++r->present;
+      ++r->phantom;
+      absl::StrAppend(&r->errors, "never-PUT key ", keys[j].ToHex(), " was served; ");
     }
   }
   return absl::OkStatus();
@@ -154,25 +194,20 @@ bool Workload::WithRetries(const std::string& endpoint, const std::function<bool
   return false;
 }
 
-CheckResult Workload::Verify(const std::string& endpoint, const std::function<bool()>& alive) {
+CheckResult Workload::Verify(const std::string& endpoint, const std::function<bool()>& alive,
+                             bool all) {
   CheckResult r;
   std::unique_ptr<Client> client;
-  uint64_t unused = 0;
-  for (const auto& keys : controls_) {
-    auto call = [&](Client& c) { return CheckChain(c, keys, 0, /*control=*/true, &r, &unused); };
+  auto controls = [&](Client& c) { return CheckControls(c, &r); };
+  if (!WithRetries(endpoint, alive, &client, controls, &r)) return r;
+  const std::vector<uint32_t> sample = Sample(all ? SIZE_MAX : options_.verify_max);
+  const size_t per_batch =
+      std::clamp<uint64_t>(kBatchBytes / std::max<uint64_t>(1, layout_.PageBytes()), 8, 128);
+  for (size_t from = 0; from < sample.size(); from += per_batch) {
+    const std::vector<uint32_t> batch(
+        sample.begin() + from, sample.begin() + std::min(sample.size(), from + per_batch));
+    auto call = [&](Client& c) { return CheckBatch(c, batch, &r); };
     if (!WithRetries(endpoint, alive, &client, call, &r)) return r;
-  }
-  uint64_t pending_acked = 0, pending_survived = 0;
-  for (size_t i : Sample()) {
-    const Chain& c = chains_[i];
-    uint64_t survived = 0;
-    auto call = [&](Client& cl) {
-      return CheckChain(cl, c.keys, c.acked, /*control=*/false, &r, &survived);
-    };
-    if (!WithRetries(endpoint, alive, &client, call, &r)) return r;
-    if (c.since != complete_checks_) continue;
-    pending_acked += c.acked;
-    pending_survived += survived;
   }
   auto read_stats = [&](Client& cl) -> absl::Status {
     auto stats = cl.Stats();
@@ -180,6 +215,8 @@ CheckResult Workload::Verify(const std::string& endpoint, const std::function<bo
     for (const auto& t : stats->tiers()) {
       if (t.name() != "nvme") continue;
       r.nvme_pages = t.pages();
+      r.nvme_used = t.used_bytes();
+      r.nvme_capacity = t.capacity_bytes();
       r.checksum_errors = t.checksum_errors();
       r.recovered_pages = t.recovered_pages();
       r.dropped_records = t.dropped_records();
@@ -187,54 +224,44 @@ CheckResult Workload::Verify(const std::string& endpoint, const std::function<bo
     return absl::OkStatus();
   };
   if (!WithRetries(endpoint, alive, &client, read_stats, &r)) return r;
-  r.pending_acked = pending_acked;
-  r.pending_survived = pending_survived;
   r.complete = true;
-  ++complete_checks_;
+  ledger_.NextEpoch();
   return r;
 }
 
-void RunTotals::Add(const CheckResult& r) {
-  corrupt += r.corrupt;
-  phantom += r.phantom;
-  ++checks;
-  if (!r.complete) {
-    ++incomplete_checks;
-    return;
+uint64_t Workload::Retire(const std::string& endpoint, size_t max_live) {
+  std::vector<KeyRecord>& recs = ledger_.records();
+  std::vector<uint32_t> live;  // sent (acknowledged or not) since created or retired
+  for (uint32_t i = 0; i < recs.size(); ++i)
+    if (!recs[i].retired) live.push_back(i);
+  if (max_live == 0 || live.size() <= max_live) return 0;
+  live.resize(live.size() - max_live * 3 / 4);  // the oldest (ledger order)
+  std::vector<PageKey> keys;
+  for (uint32_t i : live) {
+    recs[i].acked = false;
+    recs[i].retired = true;
+    keys.push_back(recs[i].key);
   }
-  checksum_errors += r.checksum_errors;
-  recovered_pages += r.recovered_pages;
-  dropped_records += r.dropped_records;
-  acked_before_kill += r.pending_acked;
-  survivors += r.pending_survived;
-  last = r;
+  ClientOptions o{endpoint, "default", "", layout_, "crash-retirer", std::chrono::milliseconds(2000)};
+  if (auto c = Client::Connect(o); c.ok()) {
+    for (size_t from = 0; from < keys.size(); from += 1024) {
+      const size_t n = std::min<size_t>(1024, keys.size() - from);
+      if (!(*c)->Delete(absl::MakeConstSpan(keys.data() + from, n)).ok()) break;
+    }
+  }
+  retired_ += live.size();
+  return live.size();
 }
 
-void RunTotals::Print(const Workload& w, const std::map<std::string, int>& point_kills,
-                      double secs) const {
-  std::printf("crash-driver summary (%.1f s)\n", secs);
-  std::printf("  kills                 %d (by kill point:", kills);
-  for (const auto& [name, n] : point_kills) std::printf(" %s=%d", name.c_str(), n);
-  std::printf(")\n  restarts              %d (checks %llu, cut short by a kill point %llu)\n",
-              restarts, static_cast<unsigned long long>(checks),
-              static_cast<unsigned long long>(incomplete_checks));
-  std::printf("  pages sent / acked    %llu / %llu\n", static_cast<unsigned long long>(w.attempted()),
-              static_cast<unsigned long long>(w.acked()));
-  std::printf("  acked, then killed    %llu; present after the restart %llu (%.1f%%)\n",
-              static_cast<unsigned long long>(acked_before_kill),
-              static_cast<unsigned long long>(survivors),
-              acked_before_kill ? 100.0 * survivors / acked_before_kill : 0.0);
-  std::printf("  last check            %llu of %llu sampled pages present, nvme pages %llu\n",
-              static_cast<unsigned long long>(last.present),
-              static_cast<unsigned long long>(last.checked),
-              static_cast<unsigned long long>(last.nvme_pages));
-  std::printf("  corrupt reads         %llu (must be 0)\n", static_cast<unsigned long long>(corrupt));
-  std::printf("  never-PUT pages hit   %llu (must be 0)\n", static_cast<unsigned long long>(phantom));
-  std::printf("  nvme checksum_errors  %llu, recovered_pages %llu, dropped_records %llu (sums over restarts)\n",
-              static_cast<unsigned long long>(checksum_errors),
-              static_cast<unsigned long long>(recovered_pages),
-              static_cast<unsigned long long>(dropped_records));
-  std::fflush(stdout);
+uint64_t Workload::pages_ever_lost(uint64_t by_class[kKeyClasses]) const {
+  uint64_t n = 0;
+  for (int c = 0; c < kKeyClasses; ++c) by_class[c] = 0;
+  for (const KeyRecord& rec : ledger_.records()) {
+    if (!rec.lost) continue;
+    ++n;
+    ++by_class[static_cast<int>(rec.cls)];
+  }
+  return n;
 }
 
 }  // namespace kvtier::crash

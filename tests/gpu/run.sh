@@ -42,7 +42,7 @@ if grep -q "Skipped" "$BUILD/gpu-ctest.log"; then
   echo "   (tests were skipped on a GPU machine: see $BUILD/gpu-ctest.log)"; status=1
 fi
 
-bench=$BUILD/tiers/hbm/bench/kvtier-hbm-bench
+bench=$BUILD/tools/bench/kvtier-hbm-bench
 echo "== kvtier-hbm-bench (daemon vs bare cudaMemcpyAsync)"
 timeout 240 "$bench" --mib_per_iter=256 --iters=5 | tee "$BUILD/hbm-bench.txt" || status=1
 

@@ -102,26 +102,41 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(
   }
   // Later flags win, so the caller's override the defaults above.
   args.insert(args.end(), options.flags.begin(), options.flags.end());
-  auto pid = Spawn(args, d->log_path_);
-  if (!pid.ok()) return pid.status();
-  d->pid_ = d->spawned_pid_ = *pid;
+  d->args_ = args;
+  d->probe_tenant_ = probe_tenant;
+  d->probe_token_ = probe_token;
+  if (absl::Status st = d->SpawnAndWait(ready_timeout_ms); !st.ok()) return st;
+  return d;
+}
 
+absl::Status DaemonProcess::SpawnAndWait(int ready_timeout_ms) {
+  auto pid = Spawn(args_, log_path_);
+  if (!pid.ok()) return pid.status();
+  pid_ = spawned_pid_ = *pid;
   auto deadline = Clock::now() + std::chrono::milliseconds(ready_timeout_ms);
   absl::Status last = absl::UnavailableError("not probed");
   while (Clock::now() < deadline) {
-    if (!d->Alive())
-      return absl::InternalError(absl::StrCat("kvtierd exited during startup; log:\n", d->Log()));
-    ClientOptions o = Options(d->endpoint(), probe_tenant, probe_token, /*with_layout=*/false);
+    if (!Alive())
+      return absl::InternalError(absl::StrCat("kvtierd exited during startup; log:\n", Log()));
+    ClientOptions o = Options(endpoint(), probe_tenant_, probe_token_, /*with_layout=*/false);
     o.client_name = "itest-probe";
     o.timeout = std::chrono::milliseconds(200);
     auto c = Client::Connect(o);
-    if (c.ok()) return d;
+    if (c.ok()) return absl::OkStatus();
     last = c.status();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return absl::DeadlineExceededError(absl::StrCat("kvtierd did not answer within ",
                                                   ready_timeout_ms, " ms (", last.ToString(),
-                                                  "); log:\n", d->Log()));
+                                                  "); log:\n", Log()));
+}
+
+absl::Status DaemonProcess::Restart(int sig, int ready_timeout_ms) {
+  auto code = Stop(sig);
+  if (sig == SIGTERM && !code.ok()) return code.status();
+  if (sig == SIGTERM && *code != 0)
+    return absl::InternalError(absl::StrCat("kvtierd exited with ", *code, " on SIGTERM"));
+  return SpawnAndWait(ready_timeout_ms);
 }
 
 DaemonProcess::~DaemonProcess() {

@@ -58,6 +58,9 @@ class DaemonProcess {
   // SIGTERM (or `sig`), then waits up to `timeout_ms`. Returns the exit code,
   // or an error when it died of a signal or had to be killed.
   absl::StatusOr<int> Stop(int sig = 15, int timeout_ms = 10000);
+  // Stops it with `sig` (SIGTERM: must exit 0) and starts it again with the
+  // same flags and state directory, waiting until it answers.
+  absl::Status Restart(int sig = 15, int ready_timeout_ms = 10000);
   bool Alive();
 
   const std::string& ipc_endpoint() const { return ipc_endpoint_; }
@@ -73,7 +76,10 @@ class DaemonProcess {
   const std::string& ipc_endpoint_or_tcp() const {
     return ipc_endpoint_.empty() ? tcp_endpoint_ : ipc_endpoint_;
   }
+  absl::Status SpawnAndWait(int ready_timeout_ms);
   std::unique_ptr<TempDir> dir_;
+  std::vector<std::string> args_;
+  std::string probe_tenant_, probe_token_;
   pid_t pid_ = -1;
   pid_t spawned_pid_ = -1;
   int reaped_status_ = -1;  // wait status when Alive() found it gone

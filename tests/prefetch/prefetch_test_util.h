@@ -27,6 +27,14 @@ using tiers::testing::Key;
 inline constexpr uint64_t kPage = 64 << 10;
 inline constexpr uint64_t kSlab = 1 << 20;
 
+// First line of a test that drives sync points: they exist only in builds
+// with KVTIER_TEST_HOOKS (scripts/test.sh makes one).
+#define KVTIER_REQUIRE_SYNC_POINTS()                                            \
+  do {                                                                          \
+    if (!::kvtier::test_hooks::kEnabled)                                        \
+      GTEST_SKIP() << "needs sync points: build with -DKVTIER_TEST_HOOKS=ON";   \
+  } while (0)
+
 // Polls `pred` every millisecond for up to `ms`.
 inline bool WaitFor(const std::function<bool()>& pred, int ms = 5000) {
   auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);

@@ -94,6 +94,7 @@ TEST_F(PrefetchTest, JobsPastTheirDeadlineAreDroppedAndCounted) {
 }
 
 TEST_F(PrefetchTest, DemandRunsFirstThenHintsByPriorityThenLookahead) {
+  KVTIER_REQUIRE_SYNC_POINTS();
   Open(16);
   PutOnNvme(0, 6);
   std::mutex mu;
@@ -173,6 +174,7 @@ TEST_F(PrefetchTest, LookaheadSchedulesOnlyHitsBelowTheTarget) {
 }
 
 TEST_F(PrefetchTest, WaitWithDeadlineReturnsAtTheBoundWhileThePromotionRuns) {
+  KVTIER_REQUIRE_SYNC_POINTS();
   Open(8);
   PutOnNvme(0, 1);
   absl::Notification reading, release;

@@ -1,17 +1,19 @@
 // Internal to tiers/nvme: a tiny FIFO worker pool, the completion thread of
 // the memory device and the workers of the thread-pool engine. std::mutex
 // rather than absl::Mutex: ThreadSanitizer sees it even with the distro's
-// uninstrumented Abseil (where an Await-based pool hung under TSan).
+// uninstrumented Abseil (where an Await-based pool hung under TSan); wrapped
+// in StdMutex so clang checks the lock annotations.
 #pragma once
 
 #include <cstdint>
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "kvtier/std_mutex.h"
 
 namespace kvtier::tiers::nvme::internal {
 
@@ -23,7 +25,7 @@ class WorkerPool {
   // Runs every task already posted, then joins the workers.
   ~WorkerPool() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      StdMutexLock lock(&mu_);
       stopping_ = true;
     }
     cv_.notify_all();
@@ -35,7 +37,7 @@ class WorkerPool {
   // Thread-safe; also from a task.
   void Post(std::function<void()> task) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      StdMutexLock lock(&mu_);
       tasks_.push_back(std::move(task));
     }
     cv_.notify_one();
@@ -46,8 +48,11 @@ class WorkerPool {
     for (;;) {
       std::function<void()> task;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+        StdMutexLock lock(&mu_);
+        mu_.Await(cv_, [this] {
+          mu_.AssertHeld();
+          return stopping_ || !tasks_.empty();
+        });
         if (tasks_.empty()) return;  // stopping and drained
         task = std::move(tasks_.front());
         tasks_.pop_front();
@@ -56,10 +61,10 @@ class WorkerPool {
     }
   }
 
-  std::mutex mu_;
+  StdMutex mu_;
   std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;  // guarded by mu_
-  bool stopping_ = false;                    // guarded by mu_
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
 };
 

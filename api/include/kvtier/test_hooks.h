@@ -4,10 +4,11 @@
 // let an in-process test run code (or wait for another thread) there.
 //
 // Both compile only when the build defines KVTIER_TEST_HOOKS (the CMake
-// option of the same name, ON by default for development and CI). Production
-// packages build with -DKVTIER_TEST_HOOKS=OFF: the macros then expand to
-// nothing and a hook costs nothing. Built in but unarmed, a hook costs one
-// relaxed atomic load.
+// option of the same name: OFF by default, ON in the test command's build,
+// scripts/test.sh). Without it the macros expand to nothing, a hook costs
+// nothing and the process ignores KVTIER_KILL_POINT (tests/hooks/ checks
+// both ways). Built in but unarmed, a hook costs one relaxed atomic load.
+// Tests that drive sync points GTEST_SKIP when kEnabled is false.
 //
 //   KVTIER_KILL_POINT("nvme.persist.after_data");
 //   KVTIER_SYNC_POINT("demote.after_persist");

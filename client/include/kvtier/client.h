@@ -51,7 +51,8 @@ struct LookupResult {
 struct PutResult {
   uint32_t stored = 0;
   uint32_t deduplicated = 0;
-  uint32_t not_stored = 0;       // no room: the chain was cut here
+  uint32_t not_stored = 0;       // no room, or no durable copy: the chain was cut here
+  std::string not_stored_reason; // the daemon's reason, when not_stored > 0
 };
 
 using BufferId = uint32_t;
