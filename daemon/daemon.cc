@@ -97,6 +97,7 @@ absl::Status Daemon::Init() {
   ASSIGN_OR_RETURN(engine_, CopyEngine::Create(ctx_, completion_endpoint_, config_.copy_threads));
   RETURN_IF_ERROR(StartMetrics());
   RETURN_IF_ERROR(InitPrefetch());
+  data_ = std::make_unique<DataPath>(store_.get(), hbm_, prefetcher_.get());
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "daemon/config.h"
 #include "daemon/copy_engine.h"
+#include "daemon/data_path.h"
 #include "daemon/device_transfers.h"
 #include "daemon/latency.h"
 #include "daemon/metrics_http.h"
@@ -29,14 +30,6 @@
 namespace kvtier::daemon {
 
 struct PolicyGet;  // a GET that depends on prefetch (prefetch_handlers.cc)
-
-// The one way the daemon reads a pinned page for a GET (any path: shm
-// buffer, policy GET, GPU buffer, inline): tiers::TierManager::ReadPage with
-// the prefetcher as its demand hook, so prefetch yields to the read.
-// Runs on copy workers. DataLoss: a miss (the pin is reset).
-absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
-                                          tiers::PagePin& pin, std::vector<uint8_t>& bounce,
-                                          int promote_to = -1);
 
 class Daemon {
  public:
@@ -132,6 +125,7 @@ class Daemon {
   // Holds pins (leases) into store_: shut down and reset before it.
   std::unique_ptr<prefetch::Prefetcher> prefetcher_;
   tiers::HbmTier* hbm_ = nullptr;  // owned by store_; null without an HBM tier
+  std::unique_ptr<DataPath> data_;  // GET and PUT over store_, hbm_ and prefetcher_
   zmq::context_t ctx_;
   // One ROUTER bound to every endpoint (ipc and tcp), so completions need
   // only the routing id to find their peer.

@@ -1,7 +1,8 @@
 // Promotion as a mechanism for prefetch/: probing where a page lives, pinning
 // it without counting a read, and moving it up to a chosen tier (not only the
 // top one, so a host target stays right once an HBM tier sits above it).
-// GET's own promote_on_get path stays in persistence.cc.
+// GET's own path (ReadPage, promote_on_get) is in persistence.cc; the move
+// itself is the page-move primitive (page_move.cc).
 #include <vector>
 
 #include "kvtier/test_hooks.h"

@@ -37,8 +37,10 @@ struct TierManagerConfig {
   // this many LRU candidates before taking a non-leaf.
   uint32_t leaf_scan_limit = 64;
   bool start_evictor_thread = true;
-  // A GET served from a lower tier moves the page up to the top tier (it is
-  // likely to be read again); off: pages stay where they are.
+  // A GET served from below the highest host-addressable tier (NVMe, for
+  // the host tier) moves the page up into it when it has clean room (it is
+  // likely to be read again; its NVMe copy stays); off: pages stay where
+  // they are and are read through a bounce buffer.
   bool promote_on_get = true;
   // Which pages a host eviction writes to a persistent tier: all of them, or
   // only pages that were read or PUT again since they were stored (trades hit
@@ -317,11 +319,11 @@ class TierManager {
   absl::StatusOr<const uint8_t*> ReadPage(PagePin& pin, std::vector<uint8_t>& bounce,
                                           const ReadOptions& options);
 
-  // Moves a pinned page of a lower tier up to the top tier (promote_on_get):
-  // reads it into a new top-tier slot, checks its checksum, then switches
-  // the entry over, so the pin's data() becomes addressable. Best effort:
-  // false when promotion is off, someone else holds the page, the top tier
-  // has no room, or the bytes failed their checksum (the page is dropped).
+  // promote_on_get's move (ReadPage uses it; kvtier-sim too): PromoteTo the
+  // highest host-addressable tier, making room only by dropping clean pages,
+  // so the pin's data() becomes addressable. Best effort: false when
+  // promotion is off, someone else holds the page, that tier has no clean
+  // room, or the bytes failed their checksum (the page is dropped).
   bool Promote(PagePin& pin);
 
   // --- Operator actions (tiers/admin.cc); they may do disk I/O. ---

@@ -1,0 +1,160 @@
+// DataPath: GET and PUT between the store and client memory; see
+// data_path.h. Device buffers take the GPU path (device_transfers.cc).
+#include "daemon/data_path.h"
+
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/device_transfers.h"
+#include "spdlog/spdlog.h"
+
+namespace kvtier::daemon {
+namespace {
+
+absl::Status BufferFault(absl::string_view op, const ClientBuffer& b) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      op, ": buffer '", b.name(), "' could not be accessed during the copy (was the shm object "
+      "truncated after REGISTER_BUFFER?); nothing was stored"));
+}
+
+// tiers::DemandReadHook over the prefetcher: while a GET reads the disk,
+// prefetch starts no new work.
+class PrefetchDemandHook final : public tiers::DemandReadHook {
+ public:
+  explicit PrefetchDemandHook(prefetch::Prefetcher* p) : p_(p) {}
+  void BeginDemandRead() override {
+    if (p_ != nullptr) scope_.emplace(p_);
+  }
+  void EndDemandRead() override { scope_.reset(); }
+
+ private:
+  prefetch::Prefetcher* p_;
+  std::optional<prefetch::Prefetcher::DemandScope> scope_;
+};
+
+}  // namespace
+
+absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
+                                          tiers::PagePin& pin, std::vector<uint8_t>& bounce,
+                                          int promote_to) {
+  PrefetchDemandHook hook(pf);
+  return store.ReadPage(pin, bounce, tiers::ReadOptions{.promote_to = promote_to, .demand = &hook});
+}
+
+std::shared_ptr<GetTransfer> DataPath::PlanGet(tiers::NamespaceId ns,
+                                               absl::Span<const PageKey> keys, uint64_t page_bytes,
+                                               std::shared_ptr<ClientBuffer> buffer,
+                                               std::vector<uint64_t> offsets) const {
+  auto t = std::make_shared<GetTransfer>();
+  t->buffer = std::move(buffer);
+  t->offsets = std::move(offsets);
+  t->page_bytes = page_bytes;
+  t->tiers.assign(keys.size(), '\0');
+  t->pins.resize(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::optional<tiers::PagePin> pin = store_->PinForRead(ns, keys[i]);
+    if (!pin || pin->bytes() != page_bytes) continue;  // absent, or another layout's page
+    t->tiers[i] = static_cast<char>(pin->tier());
+    t->pins[i] = *std::move(pin);
+  }
+  // The pages are pinned now: leases taken for them are no longer needed.
+  if (prefetcher_ != nullptr) prefetcher_->OnDemandRead(ns, keys);
+  return t;
+}
+
+void DataPath::CopyGet(GetTransfer& t, size_t begin, size_t end) const {
+  if (t.buffer->on_device()) {
+    absl::Status st = DeviceGet(*store_, hbm_, prefetcher_, *t.buffer, absl::MakeSpan(t.pins),
+                                t.offsets, t.tiers, begin, end);
+    if (!st.ok()) t.error.Set(st);
+    return;
+  }
+  std::vector<uint8_t> bounce;
+  for (size_t i = begin; i < end; ++i) {
+    tiers::PagePin& pin = t.pins[i];
+    if (!pin.valid()) continue;
+    absl::StatusOr<const uint8_t*> src = ReadForGet(*store_, prefetcher_, pin, bounce);
+    if (absl::IsDataLoss(src.status())) {
+      t.tiers[i] = 0;  // corrupt on disk: a miss, never wrong bytes
+      continue;
+    }
+    if (!src.ok()) {
+      t.error.Set(src.status());
+      continue;
+    }
+    uint8_t* dst = t.buffer->data() + t.offsets[i];
+    if (!GuardedRun([&] { std::memcpy(dst, *src, t.page_bytes); })) t.fault = true;
+  }
+}
+
+absl::Status DataPath::FinishGet(GetTransfer& t) const {
+  t.pins.clear();
+  if (t.fault) return BufferFault("GET", *t.buffer);
+  return t.error.Get();
+}
+
+absl::StatusOr<std::shared_ptr<PutTransfer>> DataPath::PlanPut(
+    tiers::NamespaceId ns, absl::Span<const PageKey> keys, const PageKey& parent,
+    uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer, std::vector<uint64_t> offsets,
+    std::vector<const uint8_t*> pages) const {
+  auto t = std::make_shared<PutTransfer>();
+  t->buffer = std::move(buffer);
+  t->offsets = std::move(offsets);
+  t->pages = std::move(pages);
+  t->page_bytes = page_bytes;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto r = store_->Reserve(ns, keys[i], i == 0 ? parent : keys[i - 1], page_bytes);
+    if (!r.ok()) {
+      if (!absl::IsResourceExhausted(r.status())) return r.status();
+      // A chain is useless past a missing page: stop here.
+      t->not_stored = static_cast<uint32_t>(keys.size() - i);
+      t->not_stored_reason = std::string(r.status().message());
+      break;
+    }
+    if (r->outcome == tiers::PutOutcome::kDeduplicated) {
+      ++t->deduplicated;
+      continue;
+    }
+    t->reservations.push_back(std::move(r->reservation));
+    t->key_index.push_back(i);
+  }
+  if (t->reservations.empty() && t->not_stored > 0 && t->deduplicated == 0)
+    return absl::ResourceExhaustedError(absl::StrCat("PUT: ", t->not_stored_reason));
+  return t;
+}
+
+void DataPath::FillPut(PutTransfer& t, size_t begin, size_t end) const {
+  if (t.buffer && t.buffer->on_device()) {
+    absl::Status st = DevicePut(hbm_, *t.buffer, absl::MakeSpan(t.reservations), t.key_index,
+                                t.offsets, begin, end);
+    if (!st.ok()) t.error.Set(st);
+    return;
+  }
+  for (size_t r = begin; r < end; ++r) {
+    const uint8_t* src = t.Source(t.key_index[r]);
+    absl::Status st;
+    if (!GuardedRun([&] { st = t.reservations[r].Fill(src); })) t.fault = true;
+    if (!st.ok()) t.error.Set(st);
+  }
+}
+
+absl::StatusOr<PutSummary> DataPath::FinishPut(PutTransfer& t) const {
+  if (absl::Status error = t.error.Get(); t.fault || !error.ok()) {
+    t.reservations.clear();  // frees the slots: nothing half-written is published
+    return t.fault ? BufferFault("PUT", *t.buffer) : error;
+  }
+  // One sync for every durable copy; see CommitAll for the order. A page
+  // whose copy could not be made durable is not stored, and says so.
+  const tiers::CommitResult commit = tiers::Reservation::CommitAll(t.reservations);
+  PutSummary out{static_cast<uint32_t>(commit.stored), t.deduplicated, t.not_stored,
+                 t.not_stored_reason};
+  if (commit.not_stored > 0) {
+    spdlog::warn("PUT: {} page(s) not stored: {}", commit.not_stored, commit.error.ToString());
+    out.not_stored += static_cast<uint32_t>(commit.not_stored);
+    out.not_stored_reason = std::string(commit.error.message());
+  }
+  return out;
+}
+
+}  // namespace kvtier::daemon

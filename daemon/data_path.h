@@ -1,0 +1,108 @@
+// The data path of GET and PUT between the store and client memory: what a
+// decoded, checked request does, with no sockets in it (unit-tested alone in
+// tests/unit/data_path_test.cc). A transfer is planned on the frontend (pins
+// or reservations; never disk I/O), its parts run on copy workers (reads,
+// verification, copies, fills), and the worker that runs the last part
+// finishes it (commit) into what the reply says. daemon/transfers.cc wires
+// it to the copy engine and the sockets.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "daemon/client_buffer.h"
+#include "daemon/copy_engine.h"
+#include "kvtier/page_key.h"
+#include "prefetch/prefetcher.h"
+#include "tiers/hbm/hbm_tier.h"
+#include "tiers/tier_manager.h"
+
+namespace kvtier::daemon {
+
+// A GET into a registered buffer. Fields are set by PlanGet; `tiers` (the
+// reply: each key's tier, 0 for a miss) is updated by the copy.
+struct GetTransfer {
+  std::shared_ptr<ClientBuffer> buffer;
+  std::vector<uint64_t> offsets;
+  uint64_t page_bytes = 0;
+  std::vector<tiers::PagePin> pins;  // invalid where the key missed
+  std::string tiers;
+  std::atomic<bool> fault{false};  // the buffer could not be touched (SIGBUS)
+  FirstError error;
+};
+
+// A PUT from a registered buffer or from inline pages.
+struct PutTransfer {
+  std::shared_ptr<ClientBuffer> buffer;  // null: `pages` holds the bytes
+  std::vector<uint64_t> offsets;         // per key, into `buffer`
+  std::vector<const uint8_t*> pages;     // per key, inline (owned by the caller)
+  uint64_t page_bytes = 0;
+  std::vector<tiers::Reservation> reservations;
+  std::vector<size_t> key_index;  // key of each reservation
+  uint32_t deduplicated = 0, not_stored = 0;
+  std::string not_stored_reason;
+  std::atomic<bool> fault{false};
+  FirstError error;
+  const uint8_t* Source(size_t key) const {
+    return buffer ? buffer->data() + offsets[key] : pages[key];
+  }
+};
+
+// What a finished PUT stored (PutReply).
+struct PutSummary {
+  uint32_t stored = 0, deduplicated = 0, not_stored = 0;
+  std::string not_stored_reason;
+};
+
+class DataPath {
+ public:
+  // `hbm` (device buffers) and `prefetcher` (which yields to demand reads
+  // and drops leases of pinned pages) may be null.
+  DataPath(tiers::TierManager* store, tiers::HbmTier* hbm, prefetch::Prefetcher* prefetcher)
+      : store_(store), hbm_(hbm), prefetcher_(prefetcher) {}
+
+  // Frontend: pins every present page of `page_bytes` (a page of another
+  // layout is a miss). Offsets are checked by the caller.
+  std::shared_ptr<GetTransfer> PlanGet(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
+                                       uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer,
+                                       std::vector<uint64_t> offsets) const;
+  // Copy worker: pages [begin, end) into the buffer (reads and verifies
+  // pages below RAM; a page that fails its checksum becomes a miss).
+  void CopyGet(GetTransfer& t, size_t begin, size_t end) const;
+  // After the last part: the error to reply with, if any. Releases the pins.
+  absl::Status FinishGet(GetTransfer& t) const;
+
+  // Frontend: reserves the chain's pages (dedup, in-flight claims, quota;
+  // never disk I/O), stopping at the first page with no room. Exactly one of
+  // `buffer` (+ offsets) and `pages` is given. ResourceExhausted when nothing
+  // at all could be stored or deduplicated.
+  absl::StatusOr<std::shared_ptr<PutTransfer>> PlanPut(
+      tiers::NamespaceId ns, absl::Span<const PageKey> keys, const PageKey& parent,
+      uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer, std::vector<uint64_t> offsets,
+      std::vector<const uint8_t*> pages) const;
+  // Copy worker: fills reservations [begin, end).
+  void FillPut(PutTransfer& t, size_t begin, size_t end) const;
+  // After the last part: commits (one sync for every durable copy), or
+  // frees everything on a copy error, which it returns.
+  absl::StatusOr<PutSummary> FinishPut(PutTransfer& t) const;
+
+ private:
+  tiers::TierManager* store_;
+  tiers::HbmTier* hbm_;
+  prefetch::Prefetcher* prefetcher_;
+};
+
+// The one way the daemon reads a pinned page for a GET (any path: shm
+// buffer, policy GET, GPU buffer, inline): tiers::TierManager::ReadPage with
+// the prefetcher as its demand hook, so prefetch yields to the read. Runs on
+// copy workers. DataLoss: a miss (the pin is reset).
+absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
+                                          tiers::PagePin& pin, std::vector<uint8_t>& bounce,
+                                          int promote_to = -1);
+
+}  // namespace kvtier::daemon
