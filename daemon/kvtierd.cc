@@ -42,6 +42,7 @@ ABSL_FLAG(int, prefetch_deadline_ms, 1000, "a lookahead promotion not started wi
 ABSL_FLAG(std::string, prefetch_max_pinned, "0", "bytes prefetch may hold pinned (leases + in flight); 0 = a quarter of the host tier");
 ABSL_FLAG(std::string, nvme_admission, "all", "which host evictions are written to NVMe: all, or reused (pages read or PUT again since stored)");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
+ABSL_FLAG(bool, nvme_reclaim_copies_first, false, "when NVMe needs room, first drop its copies of pages that are also in RAM (more distinct pages cached, but each is written again when RAM evicts it); off: evict NVMe-only pages, LRU");
 ABSL_FLAG(double, clean_fraction, 0.10, "the evictor keeps this fraction of each RAM tier written back to NVMe (clean) ahead of need, so requests make room without disk writes; 0: off");
 ABSL_FLAG(double, low_watermark, 0.90, "background eviction stops below this fraction of a tier");
 ABSL_FLAG(int, copy_threads, 2, "copy engine worker threads");
@@ -120,6 +121,7 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   else return absl::InvalidArgumentError("--nvme_admission must be all or reused");
   c.store.high_watermark = absl::GetFlag(FLAGS_high_watermark);
   c.store.clean_fraction = absl::GetFlag(FLAGS_clean_fraction);
+  c.store.reclaim_copies_first = absl::GetFlag(FLAGS_nvme_reclaim_copies_first);
   c.store.low_watermark = absl::GetFlag(FLAGS_low_watermark);
   c.copy_threads = absl::GetFlag(FLAGS_copy_threads);
   c.max_sessions = absl::GetFlag(FLAGS_max_sessions);

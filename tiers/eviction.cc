@@ -145,13 +145,23 @@ bool TierManager::Impl::Admit(const PageEntry* e, size_t t) const {
 size_t TierManager::Impl::EvictTo(size_t t, uint64_t target) {
   DrainPendingUnpersist();
   const Tier& tier = *tiers[t]->tier;
-  // The persistent tier's cheapest room: copies of pages that are also in
-  // RAM (write-back only; under write-through they are the promise).
-  if (IsLastTier(t) && tier.persistent() && tier.used_bytes() > target) {
+  // With reclaim_copies_first, the persistent tier's room comes first from
+  // copies of pages that are also in RAM (write-back only; under
+  // write-through they are the promise). Off (default): plain leaf-first LRU
+  // over the pages that live only there; see TierManagerConfig.
+  if (config.reclaim_copies_first && IsLastTier(t) && tier.persistent() &&
+      tier.used_bytes() > target) {
     ReclaimBackups(tier.used_bytes() - target);
   }
   size_t total = 0;
   while (tier.used_bytes() > target && !stopping.load(std::memory_order_relaxed)) {
+    // Room below first: demotions would otherwise fill the lower tier to
+    // the brim, one inline eviction at a time, and a PUT that lands there
+    // directly (it may not evict: no disk I/O on the request path) would
+    // find none.
+    if (!IsLastTier(t) && tiers[t + 1]->tier->used_bytes() > tiers[t + 1]->high_bytes) {
+      EvictTo(t + 1, tiers[t + 1]->low_bytes);
+    }
     size_t batch = 0;
     if (!IsLastTier(t) && tiers[t + 1]->tier->persistent()) {
       batch = DemoteBatch(t, config.eviction_batch, target, EvictMode::kMayWrite);
@@ -163,6 +173,10 @@ size_t TierManager::Impl::EvictTo(size_t t, uint64_t target) {
     }
     total += batch;
     if (batch < config.eviction_batch) break;  // nothing more evictable (or done)
+  }
+  // Only copies of RAM pages left to give: they go after all.
+  if (IsLastTier(t) && tier.persistent() && tier.used_bytes() > target) {
+    ReclaimBackups(tier.used_bytes() - target);
   }
   return total;
 }

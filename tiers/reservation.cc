@@ -54,13 +54,17 @@ absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t 
   for (uint64_t evicted = 0;; ++evicted) {
     absl::StatusOr<Slot> slot = tier.Allocate(bytes);
     if (slot.ok() || !absl::IsResourceExhausted(slot.status())) return slot;
-    if (evicted >= max_evictions || EvictOne(t, 0, mode) == 0) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+    if (evicted < max_evictions && EvictOne(t, 0, mode) > 0) continue;
+    // The persistent tier's last resort: copies of pages also in RAM.
+    if (mode == EvictMode::kMayWrite && IsLastTier(t) && tier.persistent() &&
+        ReclaimBackups(bytes) > 0) {
+      continue;
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
           "full (", tier.used_bytes(), " of ", tier.capacity_bytes(), " bytes used, ", evicted,
           " pages evicted, the rest pinned, busy",
           mode == EvictMode::kCleanOnly ? " or not yet written back" : "",
           "): ", slot.status().message()));
-    }
   }
 }
 

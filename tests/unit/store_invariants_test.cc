@@ -344,3 +344,47 @@ TEST_F(StoreInvariantsTest, EvictorThreadKeepsColdPagesClean) {
 
 }  // namespace
 }  // namespace kvtier::tiers
+
+namespace kvtier::tiers {
+namespace {
+
+// When NVMe needs room: by default its NVMe-only pages go first (LRU) and
+// copies of RAM pages only when nothing else is left; with
+// reclaim_copies_first the copies go first. Either way the pages stay
+// readable from RAM and the NVMe-only pages' bytes are untouched.
+TEST_F(StoreInvariantsTest, NvmeRoomComesFromNvmeOnlyPagesThenFromCopies) {
+  for (bool copies_first : {false, true}) {
+    SCOPED_TRACE(copies_first ? "copies first" : "lru");
+    TierManagerConfig config = NoThreadConfig();
+    config.reclaim_copies_first = copies_first;
+    TearDown();
+    SetUp();
+    Open(/*host_pages=*/8, {"a"}, config);
+    PutChain("a", 0, 8);
+    ASSERT_EQ(*mgr_->FlushToPersistent(), 8u);
+    std::vector<PageKey> keys;
+    for (uint64_t i = 0; i < 4; ++i) keys.push_back(Key(i));
+    for (PromoteResult& r : mgr_->PromoteBatch(ns_["a"], keys, 0))  // 4 in RAM, copies kept
+      ASSERT_EQ(r.outcome, PromoteOutcome::kPromoted);
+    ASSERT_EQ(Snap(0).clean_pages, 4u);
+    const uint64_t used = Snap(1).used_bytes;
+    mgr_->EvictTo(1, used - 2 * kPage);  // room for two pages
+    if (copies_first) {
+      EXPECT_EQ(Snap(0).clean_pages, 2u);  // two copies forgotten
+      EXPECT_EQ(Snap(1).pages, 4u);        // no NVMe-only page lost
+    } else {
+      EXPECT_EQ(Snap(0).clean_pages, 4u);  // copies kept
+      EXPECT_EQ(Snap(1).pages, 2u);        // the two LRU NVMe-only pages went
+    }
+    mgr_->EvictTo(1, 0);  // everything: copies go last
+    EXPECT_EQ(Snap(0).clean_pages, 0u);
+    std::vector<uint8_t> got;
+    for (uint64_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(Get("a", i, &got).ok()) << i;
+      EXPECT_EQ(got, Bytes(kPage, i));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::tiers
