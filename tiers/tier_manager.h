@@ -58,7 +58,7 @@ struct TierManagerConfig {
   // by dropping clean pages, never by writing. 0 turns cleaning off.
   double clean_fraction = 0.10;
   // When the persistent tier needs room, first forget its copies of pages
-  // that are also in RAM (more distinct pages cached: +1.2 pp hit rate on
+  // that are also in RAM (more distinct pages cached: +1.4 pp hit rate on
   // the replay of docs/BENCHMARKS.md) — each such page is written again when
   // RAM evicts it (+24% disk writes there). Off: only pages that live on NVMe
   // alone are evicted (LRU, leaf-first); copies go with their page.

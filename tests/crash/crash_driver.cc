@@ -171,7 +171,8 @@ std::string LossText(const CheckResult& c) {
                       c.missing_by_class[int(KeyClass::kSystem)], ", pair ",
                       c.missing_by_class[int(KeyClass::kPair)], ", private ",
                       c.missing_by_class[int(KeyClass::kPrivate)], ", repeat ",
-                      c.missing_by_class[int(KeyClass::kRepeat)], "; e.g. ", c.missing_example, ")");
+                      c.missing_by_class[int(KeyClass::kRepeat)], "; e.g. ", c.missing_example,
+                      ")");
 }
 
 int Main() {
@@ -252,7 +253,8 @@ int Main() {
     if (LostTooMany(check.acked_present, check.acked_checked)) {
       std::printf("crash-driver: after restart %d: %s\n", run, LossText(check).c_str());
       std::fflush(stdout);
-      if (first_loss.empty()) first_loss = absl::StrCat("after restart ", run, ": ", LossText(check));
+      if (first_loss.empty())
+        first_loss = absl::StrCat("after restart ", run, ": ", LossText(check));
       if (absl::GetFlag(FLAGS_fail_fast)) break;
     }
     if (!check.complete) {

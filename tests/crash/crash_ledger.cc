@@ -27,7 +27,8 @@ void Ledger::Sent(uint32_t session, uint64_t put, const PlannedPut& p) {
   log.flush();
   pages_sent_ += p.keys.size();
   absl::MutexLock lock(&mu_);
-  for (size_t i = 0; i < p.keys.size(); ++i) records_[Index(p.keys[i], p.classes[i])].retired = false;
+  for (size_t i = 0; i < p.keys.size(); ++i)
+    records_[Index(p.keys[i], p.classes[i])].retired = false;
 }
 
 uint32_t Ledger::Replied(uint32_t session, uint64_t put, const PlannedPut& p, const PutResult& r) {
@@ -68,7 +69,8 @@ std::string Ledger::first_bad_reply() const {
 
 uint64_t Ledger::unique_acked() const {
   absl::MutexLock lock(&mu_);
-  return std::count_if(records_.begin(), records_.end(), [](const KeyRecord& r) { return r.ever_acked; });
+  return std::count_if(records_.begin(), records_.end(),
+                       [](const KeyRecord& r) { return r.ever_acked; });
 }
 
 }  // namespace kvtier::crash

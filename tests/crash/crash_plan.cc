@@ -77,8 +77,8 @@ PlannedPut Planner::Shared(uint32_t session, uint64_t phase, uint64_t round, uin
   }
   const uint32_t sys_pages = std::max(1u, options_.chain_pages / 4);
   const uint32_t pair_pages = std::max(1u, options_.chain_pages / 4);
-  const uint32_t tail_max =
-      options_.chain_pages > sys_pages + pair_pages ? options_.chain_pages - sys_pages - pair_pages : 0;
+  const uint32_t head = sys_pages + pair_pages;
+  const uint32_t tail_max = options_.chain_pages > head ? options_.chain_pages - head : 0;
   // Every session agrees on the round's prompt: mostly a new one (raced by
   // all), sometimes one of four long-lived ones (deduplicated against pages
   // made durable in earlier runs).

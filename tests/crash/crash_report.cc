@@ -47,7 +47,8 @@ void RunTotals::Print(const Workload& w, const std::map<std::string, int>& point
   std::printf(")\n  restarts              %d (checks %llu, cut short by a kill point %llu, "
               "reading every acked page %llu)\n",
               restarts, U(checks), U(incomplete_checks), U(full_checks));
-  std::printf("  pages sent / acked    %llu / %llu (summed over PUT replies); distinct pages acked %llu\n",
+  std::printf("  pages sent / acked    %llu / %llu (summed over PUT replies); "
+              "distinct pages acked %llu\n",
               U(l.pages_sent()), U(l.pages_acked()), U(unique_acked));
   std::printf("  PUTs refused          %llu (error replies); replies not adding up %llu%s%s\n",
               U(l.puts_refused()), U(l.bad_replies()), l.bad_replies() ? ": " : "",
@@ -58,8 +59,8 @@ void RunTotals::Print(const Workload& w, const std::map<std::string, int>& point
               "acked pages missing %llu of %llu\n",
               U(acked_checked), U(acked_present), Pct(acked_present, acked_checked),
               U(acked_checked - acked_present), U(checks_with_loss), U(checks));
-  std::printf("  acked pages missing   %llu distinct of %llu acked (%.1f%%) at some check: system %llu, pair %llu, "
-              "private %llu, repeat %llu\n",
+  std::printf("  acked pages missing   %llu distinct of %llu acked (%.1f%%) at some check: "
+              "system %llu, pair %llu, private %llu, repeat %llu\n",
               U(lost), U(unique_acked), unique_acked ? 100.0 * lost / unique_acked : 0.0,
               U(lost_by[int(KeyClass::kSystem)]), U(lost_by[int(KeyClass::kPair)]),
               U(lost_by[int(KeyClass::kPrivate)]), U(lost_by[int(KeyClass::kRepeat)]));
@@ -72,7 +73,8 @@ void RunTotals::Print(const Workload& w, const std::map<std::string, int>& point
               U(nvme_capacity), Pct(max_nvme_used, nvme_capacity));
   std::printf("  corrupt reads         %llu (must be 0)\n", U(corrupt));
   std::printf("  never-PUT pages hit   %llu (must be 0)\n", U(phantom));
-  std::printf("  nvme checksum_errors  %llu, recovered_pages %llu, dropped_records %llu (sums over restarts)\n",
+  std::printf("  nvme checksum_errors  %llu, recovered_pages %llu, dropped_records %llu "
+              "(sums over restarts)\n",
               U(checksum_errors), U(recovered_pages), U(dropped_records));
   std::fflush(stdout);
 }

@@ -138,8 +138,9 @@ absl::Status Workload::CheckBatch(Client& client, const std::vector<uint32_t>& b
     ++r->present;
     r->acked_present += rec.acked;
     r->pending_survived += pending;
-    const uint64_t bad = page.size() != client.page_bytes()
-        ? 0 : tools::CheckPattern(rec.key, reinterpret_cast<const uint8_t*>(page.data()), page.size());
+    const auto* bytes = reinterpret_cast<const uint8_t*>(page.data());
+    const uint64_t bad =
+        page.size() != client.page_bytes() ? 0 : tools::CheckPattern(rec.key, bytes, page.size());
     if (page.size() != client.page_bytes() || bad != page.size()) {
       ++r->corrupt;
       absl::StrAppend(&r->errors, "key ", rec.key.ToHex(), " (", KeyClassName(rec.cls),
@@ -171,7 +172,8 @@ absl::Status Workload::CheckControls(Client& client, CheckResult* r) {
 bool Workload::WithRetries(const std::string& endpoint, const std::function<bool()>& alive,
                            std::unique_ptr<Client>* client,
                            const std::function<absl::Status(Client&)>& call, CheckResult* r) {
-  ClientOptions o{endpoint, "default", "", layout_, "crash-checker", std::chrono::milliseconds(500)};
+  ClientOptions o{endpoint, "default", "", layout_, "crash-checker",
+                  std::chrono::milliseconds(500)};
   absl::Status last;
   for (int attempt = 0; attempt < 40; ++attempt) {
     if (*client == nullptr) {
@@ -242,7 +244,8 @@ uint64_t Workload::Retire(const std::string& endpoint, size_t max_live) {
     recs[i].retired = true;
     keys.push_back(recs[i].key);
   }
-  ClientOptions o{endpoint, "default", "", layout_, "crash-retirer", std::chrono::milliseconds(2000)};
+  ClientOptions o{endpoint, "default", "", layout_, "crash-retirer",
+                  std::chrono::milliseconds(2000)};
   if (auto c = Client::Connect(o); c.ok()) {
     for (size_t from = 0; from < keys.size(); from += 1024) {
       const size_t n = std::min<size_t>(1024, keys.size() - from);

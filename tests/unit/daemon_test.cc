@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/client_buffer.h"
 #include "daemon/config.h"
 #include "daemon/copy_engine.h"
@@ -57,6 +58,19 @@ TEST(TenantsTest, ErrorsNameTheProblem) {
                               .message()),
               HasSubstr("listed twice"));
   EXPECT_FALSE(TenantRegistry::LoadFile("/nonexistent/tenants.json").ok());
+}
+
+// Issue 11, item 5: a name HELLO accepts (up to 256 bytes) is accepted, one
+// HELLO would refuse is refused here, naming the limit.
+TEST(TenantsTest, NamesFollowHellosLimit) {
+  auto file = [](size_t len) {
+    return absl::StrCat(R"({"tenants":[{"name":")", std::string(len, 'n'),
+                        R"(","token":"aaaaaaaa"}]})");
+  };
+  EXPECT_TRUE(TenantRegistry::Parse(file(kMaxTenantNameBytes), "f").ok());
+  auto too_long = TenantRegistry::Parse(file(kMaxTenantNameBytes + 1), "f");
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(std::string(too_long.status().message()), HasSubstr("HELLO accepts 1 to 256"));
 }
 
 TEST(TenantsTest, DefaultTenantNeedsNoToken) {
