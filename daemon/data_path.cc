@@ -12,6 +12,11 @@
 namespace kvtier::daemon {
 namespace {
 
+// Longest a PUT waits for another PUT of one of its keys. That PUT's copy
+// job was queued first, so this is a guard against a wedged disk, not a
+// normal wait.
+constexpr absl::Duration kInFlightWait = absl::Seconds(30);
+
 absl::Status BufferFault(absl::string_view op, const ClientBuffer& b) {
   return absl::FailedPreconditionError(absl::StrCat(
       op, ": buffer '", b.name(), "' could not be accessed during the copy (was the shm object "
@@ -114,6 +119,7 @@ absl::StatusOr<std::shared_ptr<PutTransfer>> DataPath::PlanPut(
     }
     if (r->outcome == tiers::PutOutcome::kDeduplicated) {
       ++t->deduplicated;
+      if (r->in_flight != nullptr) t->in_flight.push_back(std::move(r->in_flight));
       continue;
     }
     t->reservations.push_back(std::move(r->reservation));
@@ -153,6 +159,13 @@ absl::StatusOr<PutSummary> DataPath::FinishPut(PutTransfer& t) const {
     spdlog::warn("PUT: {} page(s) not stored: {}", commit.not_stored, commit.error.ToString());
     out.not_stored += static_cast<uint32_t>(commit.not_stored);
     out.not_stored_reason = std::string(commit.error.message());
+  }
+  for (const std::shared_ptr<tiers::KeyInFlight>& other : t.in_flight) {
+    bool stored = false;
+    if (other->WaitFor(kInFlightWait, &stored) && stored) continue;
+    --out.deduplicated;
+    ++out.not_stored;
+    out.not_stored_reason = "another PUT of the page, in flight at the same time, did not store it";
   }
   return out;
 }

@@ -46,6 +46,9 @@ struct PutTransfer {
   std::vector<size_t> key_index;  // key of each reservation
   uint32_t deduplicated = 0, not_stored = 0;
   std::string not_stored_reason;
+  // Keys deduplicated against another PUT still storing them: counted as
+  // deduplicated only once that PUT has (FinishPut waits for it).
+  std::vector<std::shared_ptr<tiers::KeyInFlight>> in_flight;
   std::atomic<bool> fault{false};
   FirstError error;
   const uint8_t* Source(size_t key) const {
@@ -88,7 +91,10 @@ class DataPath {
   // Copy worker: fills reservations [begin, end).
   void FillPut(PutTransfer& t, size_t begin, size_t end) const;
   // After the last part: commits (one sync for every durable copy), or
-  // frees everything on a copy error, which it returns.
+  // frees everything on a copy error, which it returns. Then waits for the
+  // other PUTs this one was deduplicated against (they were submitted to the
+  // copy engine first, so their work is running or done): a key one of them
+  // gave up is not_stored here, never a dedup.
   absl::StatusOr<PutSummary> FinishPut(PutTransfer& t) const;
 
  private:

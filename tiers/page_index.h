@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "kvtier/page_key.h"
@@ -125,14 +126,21 @@ class IndexShard {
   // The in-flight-put table (CacheLib's InFlightPuts): keys reserved by a PUT
   // and not yet published or released. A second reservation of such a key
   // is a dedup, so one key never has two slots or two durable records.
-  bool InFlightLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return inflight_.contains(std::make_pair(ns, key));
+  // The key's handle, or null when no PUT holds it.
+  std::shared_ptr<KeyInFlight> InFlightLocked(NamespaceId ns, const PageKey& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = inflight_.find(std::make_pair(ns, key));
+    return it == inflight_.end() ? nullptr : it->second;
   }
-  void AddInFlightLocked(NamespaceId ns, const PageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    inflight_.insert(std::make_pair(ns, key));
+  void AddInFlightLocked(NamespaceId ns, const PageKey& key, std::shared_ptr<KeyInFlight> h)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    inflight_.emplace(std::make_pair(ns, key), std::move(h));
   }
-  void RemoveInFlightLocked(NamespaceId ns, const PageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    inflight_.erase(std::make_pair(ns, key));
+  // Removes the key and returns its handle (to resolve once unlocked).
+  std::shared_ptr<KeyInFlight> RemoveInFlightLocked(NamespaceId ns, const PageKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto node = inflight_.extract(std::make_pair(ns, key));
+    return node.empty() ? nullptr : std::move(node.mapped());
   }
 
   size_t SizeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return map_.size(); }
@@ -147,7 +155,8 @@ class IndexShard {
   absl::flat_hash_set<PageEntry*, EntryHash, EntryEq> map_ ABSL_GUARDED_BY(mu);
   // lists_[tier][ns]; grown on demand as namespaces appear.
   std::vector<std::vector<List>> lists_ ABSL_GUARDED_BY(mu);
-  absl::flat_hash_set<std::pair<NamespaceId, PageKey>> inflight_ ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::pair<NamespaceId, PageKey>, std::shared_ptr<KeyInFlight>> inflight_
+      ABSL_GUARDED_BY(mu);
 };
 
 class PageIndex {

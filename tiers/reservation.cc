@@ -82,7 +82,22 @@ absl::StatusOr<Slot> TierManager::Impl::ChargeAndAllocate(NamespaceId ns, size_t
   return slot;
 }
 
-TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageKey& key) {
+bool KeyInFlight::WaitFor(absl::Duration timeout, bool* stored) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&resolved_), timeout);
+  *stored = stored_;
+  return resolved_;
+}
+
+void KeyInFlight::Resolve(bool stored) {
+  absl::MutexLock lock(&mu_);
+  resolved_ = true;
+  stored_ = stored;
+}
+
+TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageKey& key,
+                                                     std::shared_ptr<KeyInFlight>* other) {
+  auto mine = std::make_shared<KeyInFlight>();  // allocated outside the lock
   IndexShard& shard = index.ShardFor(ns, key);
   absl::MutexLock lock(&shard.mu);
   if (PageEntry* e = shard.FindLocked(ns, key)) {
@@ -90,15 +105,19 @@ TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageK
     shard.TouchLocked(e, NextStamp());
     return Claim::kPresent;
   }
-  if (shard.InFlightLocked(ns, key)) return Claim::kInFlight;
-  shard.AddInFlightLocked(ns, key);
+  if ((*other = shard.InFlightLocked(ns, key)) != nullptr) return Claim::kInFlight;
+  shard.AddInFlightLocked(ns, key, std::move(mine));
   return Claim::kClaimed;
 }
 
 void TierManager::Impl::ReleaseClaim(NamespaceId ns, const PageKey& key) {
   IndexShard& shard = index.ShardFor(ns, key);
-  absl::MutexLock lock(&shard.mu);
-  shard.RemoveInFlightLocked(ns, key);
+  std::shared_ptr<KeyInFlight> h;
+  {
+    absl::MutexLock lock(&shard.mu);
+    h = shard.RemoveInFlightLocked(ns, key);
+  }
+  if (h != nullptr) h->Resolve(/*stored=*/false);
 }
 
 absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint64_t bytes) {
@@ -146,15 +165,20 @@ void TierManager::Impl::Commit(NamespaceId ns, const PageKey& key, const PageKey
   if (!parent.IsZero() && AttachToParent(ns, parent)) e->flags |= PageEntry::kCountedInParent;
   KVTIER_SYNC_POINT_CALLBACK("reservation.before_publish", const_cast<PageKey*>(&key));
   IndexShard& shard = index.ShardFor(ns, key);
-  absl::MutexLock lock(&shard.mu);
-  // The claim kept every other PUT of this key out since Reserve.
-  shard.RemoveInFlightLocked(ns, key);
-  shard.InsertLocked(e, NextStamp());
-  if (backup != nullptr) SetBackupLocked(shard, e, *backup);
-  tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
-  NamespaceState& s = *Ns(ns);
-  s.pages.fetch_add(1, std::memory_order_relaxed);
-  s.puts.fetch_add(1, std::memory_order_relaxed);
+  std::shared_ptr<KeyInFlight> h;
+  {
+    absl::MutexLock lock(&shard.mu);
+    // The claim kept every other PUT of this key out since Reserve.
+    h = shard.RemoveInFlightLocked(ns, key);
+    shard.InsertLocked(e, NextStamp());
+    if (backup != nullptr) SetBackupLocked(shard, e, *backup);
+    tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
+    NamespaceState& s = *Ns(ns);
+    s.pages.fetch_add(1, std::memory_order_relaxed);
+    s.puts.fetch_add(1, std::memory_order_relaxed);
+  }
+  // PUTs deduplicated against this one may now promise the page.
+  if (h != nullptr) h->Resolve(/*stored=*/true);
 }
 
 absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey& key,
@@ -166,14 +190,15 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
         absl::StrCat("page of ", bytes, " bytes: pages must be 1 to ", MaxPageBytes(), " bytes"));
   }
   ReserveResult result;
-  switch (impl_->ClaimKey(ns, key)) {
+  switch (impl_->ClaimKey(ns, key, &result.in_flight)) {
     case Impl::Claim::kPresent:
       // Re-touch the parent so it stays newer than this child (leaf-first).
       if (!parent.IsZero()) impl_->TouchKey(ns, parent);
       [[fallthrough]];
     case Impl::Claim::kInFlight:
-      // Another PUT of this key holds its claim: it stores the page (or its
-      // reply says why not). Two reservations of one key never coexist.
+      // Another PUT of this key holds its claim: it stores the page, and
+      // result.in_flight says when (or that it gave up). Two reservations
+      // of one key never coexist.
       state->dedup_puts.fetch_add(1, std::memory_order_relaxed);
       result.outcome = PutOutcome::kDeduplicated;
       return result;

@@ -18,6 +18,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvtier/page_key.h"
 #include "tiers/tier.h"
@@ -170,9 +172,28 @@ class Reservation {
 
 enum class PutOutcome { kReserved, kDeduplicated };
 
+// The fate of a key another PUT holds reserved: resolved when that PUT
+// publishes the page (stored; under write-through, durable) or gives it up.
+// A PUT deduplicated against it may only promise the page once it resolves
+// stored. Thread-safe.
+class KeyInFlight {
+ public:
+  // Waits up to `timeout`; true when resolved, with *stored its outcome.
+  bool WaitFor(absl::Duration timeout, bool* stored) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  friend class TierManager;
+  void Resolve(bool stored) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Mutex mu_;
+  bool resolved_ ABSL_GUARDED_BY(mu_) = false;
+  bool stored_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 struct ReserveResult {
   PutOutcome outcome = PutOutcome::kReserved;
   Reservation reservation;  // valid iff outcome == kReserved
+  // Set when deduplicated against another PUT of the key still in flight.
+  std::shared_ptr<KeyInFlight> in_flight;
 };
 
 // How a caller may make room in a tier. kCleanOnly never causes disk I/O:

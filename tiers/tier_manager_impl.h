@@ -117,7 +117,8 @@ struct TierManager::Impl {
   // PUT steps: under the key's shard lock, dedup against a present key or
   // a PUT of it in flight, else enter the key in the in-flight table.
   enum class Claim { kClaimed, kPresent, kInFlight };
-  Claim ClaimKey(NamespaceId ns, const PageKey& key);
+  // kInFlight: *other is the claiming PUT's handle.
+  Claim ClaimKey(NamespaceId ns, const PageKey& key, std::shared_ptr<KeyInFlight>* other);
   void ReleaseClaim(NamespaceId ns, const PageKey& key);
   absl::StatusOr<Slot> ReserveIn(NamespaceId ns, size_t t, uint64_t bytes);
   // Publishes a reserved page (the key is claimed by the caller, so no

@@ -80,8 +80,9 @@ class Workload {
   // Bounds the store of a long loop: when more than `max_live` pages were
   // sent and not retired, DELETEs the oldest down to three quarters of it.
   // They stop being expected first, so a kill during the DELETE costs
-  // nothing; present or not, their bytes must still be right. Call between
-  // a complete check and the next run. Returns the pages retired.
+  // nothing; present or not, their bytes must still be right. Then waits
+  // for the daemon to delete their NVMe records. Call between a complete
+  // check and the next run. Returns the pages retired.
   uint64_t Retire(const std::string& endpoint, size_t max_live);
 
   const Ledger& ledger() const { return ledger_; }

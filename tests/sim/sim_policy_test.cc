@@ -155,33 +155,41 @@ TEST(SimPolicyTest, WatermarksShrinkTheEffectiveCapacity) {
 TEST(SimPolicyTest, TwoTiersDemoteOnEvictionAndPromoteOnGet) {
   // Host 4 pages, NVMe 2, kvtierd's watermarks: a tier evicts when it holds
   // more than 95% (host: 4 pages, NVMe: 2) down to 90% (host 3, NVMe 1).
-  // Host evictions demote (plain LRU below the last tier); NVMe drops.
+  // Host evictions demote (plain LRU below the last tier); NVMe drops. The
+  // NVMe tier is inclusive: a promoted page keeps its NVMe copy (c1), and
+  // by default NVMe makes room from pages that live only there:
   //   r1..r4 [1] [2] [3] [4]  host {1,2,3,4} -> demote 1     nvme {1}
-  //   r5 [1]  NVMe hit, promoted to host {2,3,4,1} -> demote 2   nvme {2}
-  //   r6 [2]  NVMe hit, promoted -> demote 3                nvme {3}
-  //   r7 [5]  miss, host {4,1,2,5} -> demote 4; nvme {3,4} -> drop 3
-  //   r8 [3]  miss, host {1,2,5,3} -> demote 1; nvme {4,1} -> drop 4
-  //   r9 [4]  miss, host {2,5,3,4} -> demote 2; nvme {1,2} -> drop 1
+  //   r5 [1]  NVMe hit, promoted, copy kept; demote 2      nvme {c1,2} -> drop 2
+  //   r6 [2]  miss; demote 3                               nvme {c1,3} -> drop 3
+  //   r7 [5]  miss; demote 4                               nvme {c1,4} -> drop 4
+  //   r8 [3]  miss; demote 1 (clean: its copy becomes it)  nvme {1}
+  //   r9 [4]  miss; demote 2                               nvme {1,2} -> drop 1
   //   r10 [3] host hit
-  // host 1 hit, NVMe 2 hits, of 10; 6 demotions, 2 promotions, 3 dropped.
+  // host 1 hit, NVMe 1, of 10; 6 demotions, 1 promotion, 4 dropped.
+  // With reclaim_copies_first the copy goes instead of the NVMe-only page
+  // (r5: c1, r6: NVMe hit on 2 and c2): host 1, NVMe 2 hits, 2 promotions,
+  // 3 dropped — the exclusive tier's numbers.
   std::vector<SimRequest> reqs;
   for (uint64_t id : {1, 2, 3, 4, 1, 2, 5, 3, 4, 3}) reqs.push_back(Req({id}));
-  ReplayConfig c;
-  c.host = PagesTier(4);
-  c.nvme = PagesTier(2);
-  absl::StatusOr<SimResult> r = ReplayTierManager(reqs, c);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->refs, 10u);
-  ASSERT_EQ(r->tier_hits.size(), 2u);
-  EXPECT_EQ(r->tier_hits[0].tier, "host");
-  EXPECT_EQ(r->tier_hits[0].hits, 1u);
-  EXPECT_EQ(r->tier_hits[1].tier, "nvme");
-  EXPECT_EQ(r->tier_hits[1].hits, 2u);
-  EXPECT_EQ(r->hits, 3u);
-  EXPECT_DOUBLE_EQ(r->tier_rate("nvme"), 0.2);
-  EXPECT_EQ(r->demotions, 6u);
-  EXPECT_EQ(r->promotions, 2u);
-  EXPECT_EQ(r->dropped, 3u);
+  for (bool copies_first : {false, true}) {
+    SCOPED_TRACE(copies_first ? "reclaim_copies_first" : "default");
+    ReplayConfig c;
+    c.host = PagesTier(4);
+    c.nvme = PagesTier(2);
+    c.store.reclaim_copies_first = copies_first;
+    absl::StatusOr<SimResult> r = ReplayTierManager(reqs, c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->refs, 10u);
+    ASSERT_EQ(r->tier_hits.size(), 2u);
+    EXPECT_EQ(r->tier_hits[0].tier, "host");
+    EXPECT_EQ(r->tier_hits[0].hits, 1u);
+    EXPECT_EQ(r->tier_hits[1].tier, "nvme");
+    EXPECT_EQ(r->tier_hits[1].hits, copies_first ? 2u : 1u);
+    EXPECT_EQ(r->hits, copies_first ? 3u : 2u);
+    EXPECT_EQ(r->demotions, 6u);
+    EXPECT_EQ(r->promotions, copies_first ? 2u : 1u);
+    EXPECT_EQ(r->dropped, copies_first ? 3u : 4u);
+  }
 }
 
 TEST(SimPolicyTest, PromoteOffServesFromNvmeInPlace) {

@@ -388,3 +388,52 @@ TEST_F(StoreInvariantsTest, NvmeRoomComesFromNvmeOnlyPagesThenFromCopies) {
 
 }  // namespace
 }  // namespace kvtier::tiers
+
+namespace kvtier::tiers {
+namespace {
+
+// A PUT deduplicated against another PUT of the key still in flight learns
+// that PUT's fate: stored once it is published (durable, under
+// write-through), or not when it gives the key up, so its own reply never
+// promises a page that was not stored.
+TEST_F(StoreInvariantsTest, DedupAgainstAPutInFlightResolvesWithIt) {
+  write_through_ = true;
+  Open(/*host_pages=*/8);
+  auto first = mgr_->Reserve(ns_["a"], Key(1), PageKey::Zero(), kPage);
+  auto second = mgr_->Reserve(ns_["a"], Key(1), PageKey::Zero(), kPage);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_EQ(second->outcome, PutOutcome::kDeduplicated);
+  ASSERT_NE(second->in_flight, nullptr);
+  bool stored = true;
+  EXPECT_FALSE(second->in_flight->WaitFor(absl::ZeroDuration(), &stored));  // not yet
+  ASSERT_TRUE(first->reservation.Fill(Bytes(kPage, 1).data()).ok());
+  ASSERT_TRUE(first->reservation.Commit());
+  ASSERT_TRUE(second->in_flight->WaitFor(absl::ZeroDuration(), &stored));
+  EXPECT_TRUE(stored);
+  // A dedup against a present page carries no handle: the page is there.
+  auto third = mgr_->Reserve(ns_["a"], Key(1), PageKey::Zero(), kPage);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->in_flight, nullptr);
+  // The first PUT gives its key up (a failed copy): the dedup learns it.
+  auto a = mgr_->Reserve(ns_["a"], Key(2), PageKey::Zero(), kPage);
+  auto b = mgr_->Reserve(ns_["a"], Key(2), PageKey::Zero(), kPage);
+  ASSERT_TRUE(a.ok() && b.ok() && b->in_flight != nullptr);
+  a->reservation = Reservation();
+  ASSERT_TRUE(b->in_flight->WaitFor(absl::ZeroDuration(), &stored));
+  EXPECT_FALSE(stored);
+  // And a waiter on another thread is woken by the commit.
+  auto c = mgr_->Reserve(ns_["a"], Key(3), PageKey::Zero(), kPage);
+  auto d = mgr_->Reserve(ns_["a"], Key(3), PageKey::Zero(), kPage);
+  ASSERT_TRUE(c.ok() && d.ok() && d->in_flight != nullptr);
+  std::thread waiter([&] {
+    bool ok = false;
+    EXPECT_TRUE(d->in_flight->WaitFor(absl::Seconds(30), &ok));
+    EXPECT_TRUE(ok);
+  });
+  ASSERT_TRUE(c->reservation.Fill(Bytes(kPage, 3).data()).ok());
+  ASSERT_TRUE(c->reservation.Commit());
+  waiter.join();
+}
+
+}  // namespace
+}  // namespace kvtier::tiers
