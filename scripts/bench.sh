@@ -30,7 +30,7 @@ if ! { [ -f "$BUILD_DIR/CMakeCache.txt" ] ||
 fi
 rm -f "$BUILD_LOG"
 BENCH="$BUILD_DIR/tools/bench/kvtier-bench"
-KVTIERD="$BUILD_DIR/daemon/kvtierd"
+KVTIERD="${KVTIERD:-$BUILD_DIR/daemon/kvtierd}"
 CTL="$BUILD_DIR/tools/kvtierctl"
 
 TMP="$(mktemp -d /tmp/kvtier-bench.XXXXXX)"
