@@ -126,17 +126,19 @@ class IndexShard {
   // The in-flight-put table (CacheLib's InFlightPuts): keys reserved by a PUT
   // and not yet published or released. A second reservation of such a key
   // is a dedup, so one key never has two slots or two durable records.
-  // The key's handle, or null when no PUT holds it.
-  std::shared_ptr<KeyInFlight> InFlightLocked(NamespaceId ns, const PageKey& key) const
+  // The slot of a claimed key's handle (null until a second PUT of the key
+  // asks for one: the common, uncontended PUT allocates nothing), or nullptr
+  // when no PUT holds the key.
+  std::shared_ptr<KeyInFlight>* InFlightLocked(NamespaceId ns, const PageKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto it = inflight_.find(std::make_pair(ns, key));
-    return it == inflight_.end() ? nullptr : it->second;
+    return it == inflight_.end() ? nullptr : &it->second;
   }
-  void AddInFlightLocked(NamespaceId ns, const PageKey& key, std::shared_ptr<KeyInFlight> h)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    inflight_.emplace(std::make_pair(ns, key), std::move(h));
+  void AddInFlightLocked(NamespaceId ns, const PageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    inflight_.emplace(std::make_pair(ns, key), nullptr);
   }
-  // Removes the key and returns its handle (to resolve once unlocked).
+  // Removes the key and returns its handle, if any PUT waits on it (to
+  // resolve once unlocked).
   std::shared_ptr<KeyInFlight> RemoveInFlightLocked(NamespaceId ns, const PageKey& key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto node = inflight_.extract(std::make_pair(ns, key));

@@ -71,7 +71,11 @@ void TierManager::Impl::ReleaseSlot(size_t t, NamespaceId ns, const Slot& slot,
     }
     tier.Unpersist(slot, meta);
   }
-  tier.Free(slot);
+  FreeSlot(t, ns, slot);
+}
+
+void TierManager::Impl::FreeSlot(size_t t, NamespaceId ns, const Slot& slot) {
+  tiers[t]->tier->Free(slot);
   Uncharge(ns, t, slot.bytes);
 }
 
@@ -82,10 +86,8 @@ void TierManager::Impl::DrainPendingUnpersist() {
     work.swap(pending_unpersist);
   }
   for (const PendingUnpersist& p : work) {
-    Tier& tier = *tiers[p.tier]->tier;
-    tier.Unpersist(p.slot, p.meta);
-    tier.Free(p.slot);
-    Uncharge(p.ns, p.tier, p.slot.bytes);
+    tiers[p.tier]->tier->Unpersist(p.slot, p.meta);
+    FreeSlot(p.tier, p.ns, p.slot);
   }
 }
 
@@ -260,8 +262,7 @@ bool TierManager::Impl::FinishMove(PageMove& m) {
     if (m.persisted) {
       ReleaseSlot(m.to, ns, *m.dst, m.meta);
     } else {
-      tiers[m.to]->tier->Free(*m.dst);
-      Uncharge(ns, m.to, m.old.bytes);
+      FreeSlot(m.to, ns, *m.dst);
     }
   }
   // A demoted page that was deleted meanwhile has left the tier anyway.

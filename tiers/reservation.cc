@@ -78,7 +78,7 @@ absl::StatusOr<Slot> TierManager::Impl::ChargeAndAllocate(NamespaceId ns, size_t
                                       : "pinned or too few)"));
   }
   absl::StatusOr<Slot> slot = AllocateWithEviction(t, bytes, mode);
-  if (!slot.ok()) Uncharge(ns, t, bytes);
+  if (!slot.ok()) Uncharge(ns, t, bytes);  // charged, never allocated
   return slot;
 }
 
@@ -97,7 +97,6 @@ void KeyInFlight::Resolve(bool stored) {
 
 TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageKey& key,
                                                      std::shared_ptr<KeyInFlight>* other) {
-  auto mine = std::make_shared<KeyInFlight>();  // allocated outside the lock
   IndexShard& shard = index.ShardFor(ns, key);
   absl::MutexLock lock(&shard.mu);
   if (PageEntry* e = shard.FindLocked(ns, key)) {
@@ -105,8 +104,12 @@ TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageK
     shard.TouchLocked(e, NextStamp());
     return Claim::kPresent;
   }
-  if ((*other = shard.InFlightLocked(ns, key)) != nullptr) return Claim::kInFlight;
-  shard.AddInFlightLocked(ns, key, std::move(mine));
+  if (std::shared_ptr<KeyInFlight>* h = shard.InFlightLocked(ns, key)) {
+    if (*h == nullptr) *h = std::make_shared<KeyInFlight>();  // rare: a race on the key
+    *other = *h;
+    return Claim::kInFlight;
+  }
+  shard.AddInFlightLocked(ns, key);
   return Claim::kClaimed;
 }
 
@@ -211,8 +214,7 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
     absl::StatusOr<std::optional<Slot>> backup =
         slot.ok() ? impl_->ReserveBackup(ns, t, bytes) : absl::StatusOr<std::optional<Slot>>();
     if (slot.ok() && !backup.ok()) {
-      impl_->tiers[t]->tier->Free(*slot);
-      impl_->Uncharge(ns, t, bytes);
+      impl_->FreeSlot(t, ns, *slot);
       slot = backup.status();
     }
     if (!slot.ok()) {
@@ -267,14 +269,13 @@ Reservation::~Reservation() { Release(); }
 void Reservation::Release() {
   if (mgr_ == nullptr) return;
   mgr_->impl_->ReleaseClaim(ns_, key_);
+  // No record points at these slots: CommitAll writes records only for
+  // reservations it publishes.
   if (has_backup_) {
-    const size_t last = mgr_->impl_->tiers.size() - 1;
-    mgr_->impl_->tiers[last]->tier->Free(backup_);
-    mgr_->impl_->Uncharge(ns_, last, bytes_);
+    mgr_->impl_->FreeSlot(mgr_->impl_->tiers.size() - 1, ns_, backup_);
     has_backup_ = false;
   }
-  mgr_->impl_->tiers[tier_index_]->tier->Free(slot_);
-  mgr_->impl_->Uncharge(ns_, tier_index_, bytes_);
+  mgr_->impl_->FreeSlot(tier_index_, ns_, slot_);
   mgr_ = nullptr;
 }
 

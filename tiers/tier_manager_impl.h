@@ -91,6 +91,9 @@ struct TierManager::Impl {
   // goes first. On a thread that may not do disk I/O the record deletion
   // (and so the free) is queued for the evictor thread.
   void ReleaseSlot(size_t t, NamespaceId ns, const Slot& slot, const PageMeta& meta);
+  // Frees a slot no record points at (never persisted, or its record is
+  // gone) and its quota bytes.
+  void FreeSlot(size_t t, NamespaceId ns, const Slot& slot);
   // Finishes queued ReleaseSlot work (evictor thread, and at shutdown).
   void DrainPendingUnpersist();
   // Adjusts the parent's resident-children count (leaf-first eviction).
