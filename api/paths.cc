@@ -2,9 +2,15 @@
 #include "kvtier/paths.h"
 
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace kvtier {
 namespace {
@@ -39,6 +45,37 @@ std::string DefaultStateDir() {
   std::string state = Env("XDG_STATE_HOME");
   if (!state.empty()) return state + "/kvtier";
   return HomeDir() + "/.local/state/kvtier";
+}
+
+absl::Status EnsurePrivateDir(const std::string& dir, const std::string& what, bool* created) {
+  if (created != nullptr) *created = false;
+  if (dir.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": empty path"));
+  // Create missing components one by one, each 0700 (mkdir applies the umask
+  // on top, never widening it).
+  for (size_t pos = dir.find('/', 1);; pos = dir.find('/', pos + 1)) {
+    const std::string part = dir.substr(0, pos);
+    if (!part.empty() && mkdir(part.c_str(), 0700) == 0 && pos == std::string::npos &&
+        created != nullptr)
+      *created = true;
+    if (pos == std::string::npos) break;
+  }
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", what, " ", dir, ": ", std::strerror(errno)));
+  if (!S_ISDIR(st.st_mode))
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", dir, " is not a directory"));
+  if (st.st_uid != geteuid() && st.st_uid != 0)
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " ", dir, " belongs to uid ", st.st_uid, ", not to this user (uid ", geteuid(),
+        "): refusing to keep files where another user controls them"));
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s %s is writable by group or others (mode %04o): anyone there could replace kvtierd's "
+        "files; give it a directory of its own (e.g. mkdir -m 0700 %s/kvtier), or a path that "
+        "does not exist yet so kvtierd creates it 0700",
+        what, dir, st.st_mode & 07777, dir));
+  return absl::OkStatus();
 }
 
 }  // namespace kvtier

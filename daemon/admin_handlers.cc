@@ -66,6 +66,8 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleTenants(Session& s) {
         (*info->mutable_tier_bytes())[std::string(tiers::TierName(tier))] = bytes;
       for (const auto& [tier, bytes] : n.tier_quota_bytes)
         if (bytes > 0) (*info->mutable_tier_quota_bytes())[std::string(tiers::TierName(tier))] = bytes;
+      for (const auto& [tier, bytes] : n.tier_reserved_bytes)
+        (*info->mutable_tier_reserved_bytes())[std::string(tiers::TierName(tier))] = bytes;
     }
   }
   return reply;
@@ -97,7 +99,7 @@ absl::Status Daemon::SubmitEvict(Session& s, const DecodedRequest& d,
   job->request_id = d.request.request_id();
   job->routing_id = routing_id;
   tiers::TierManager* store = store_.get();
-  spdlog::info("EVICT by tenant '{}': namespace '{}', tier {}, {} pages", own, name,
+  spdlog::info("EVICT by tenant '{}': namespace '{}', tier {}, {} pages", LogSafe(own), LogSafe(name),
                tier ? tiers::TierName(*tier) : "all (drop)",
                e.all() ? std::string("all") : std::to_string(max_pages));
   engine_->Submit({[job, store, ns, tier, max_pages] {
@@ -122,7 +124,7 @@ absl::Status Daemon::SubmitFlush(Session& s, const DecodedRequest& d,
   job->request_id = d.request.request_id();
   job->routing_id = routing_id;
   tiers::TierManager* store = store_.get();
-  spdlog::info("FLUSH by tenant '{}'", s.tenant->name);
+  spdlog::info("FLUSH by tenant '{}'", LogSafe(s.tenant->name));
   engine_->Submit({[job, store] {
                     auto flushed = store->FlushToPersistent();
                     if (!flushed.ok()) {

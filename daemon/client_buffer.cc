@@ -72,9 +72,11 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::Map(const std::strin
                                                    " bytes, smaller than the registered size ",
                                                    size));
   }
-  // MAP_POPULATE builds the page tables now, in one go: otherwise the first
-  // copy into each 4 KiB of the buffer takes a page fault in the daemon.
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // No MAP_POPULATE: REGISTER runs on the frontend, and populating a large
+  // (or sparse, ftruncate'd) object would stall every tenant and fault in
+  // memory the client never wrote. Copies fault pages in as they touch them,
+  // on copy-engine threads, once per page of the buffer.
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
   close(fd);
   if (p == MAP_FAILED)

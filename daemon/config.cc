@@ -3,6 +3,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/endpoint.h"
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 
@@ -20,21 +21,15 @@ absl::Status DaemonConfig::Validate() const {
   if (ipc_socket.size() > 100)
     return absl::InvalidArgumentError(absl::StrCat(
         "ipc socket path '", ipc_socket, "' is longer than the 100 bytes a unix socket allows"));
-  if (!tcp_endpoint.empty()) {
-    if (!absl::StartsWith(tcp_endpoint, "tcp://"))
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tcp must look like tcp://127.0.0.1:PORT, got '", tcp_endpoint, "'"));
-    bool loopback = absl::StartsWith(tcp_endpoint, "tcp://127.") ||
-                    absl::StartsWith(tcp_endpoint, "tcp://localhost:") ||
-                    absl::StartsWith(tcp_endpoint, "tcp://[::1]:");
-    if (!loopback && !allow_non_loopback_tcp)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "refusing to listen on non-loopback ", tcp_endpoint,
-          " (pass --allow_non_loopback_tcp to expose page data beyond this host)"));
-  }
+  if (!tcp_endpoint.empty()) RETURN_IF_ERROR(ResolveTcpEndpoint(tcp_endpoint, allow_non_loopback_tcp).status());
   if (copy_threads < 1 || copy_threads > 64)
     return absl::InvalidArgumentError("--copy_threads must be in [1, 64]");
   if (max_sessions < 1) return absl::InvalidArgumentError("--max_sessions must be >= 1");
+  if (max_sessions_per_tenant < 1 || max_sessions_per_connection < 1)
+    return absl::InvalidArgumentError(
+        "--max_sessions_per_tenant and --max_sessions_per_connection must be >= 1");
+  if (max_registered_bytes_per_tenant == 0)
+    return absl::InvalidArgumentError("--max_registered_bytes_per_tenant must be > 0");
   if (metrics_port < -1 || metrics_port > 65535)
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics_port=", metrics_port, " must be 0 (off), -1 (any free port) or a port number"));

@@ -28,6 +28,11 @@ struct DaemonConfig {
   prefetch::PrefetcherConfig prefetch;
   int copy_threads = 2;
   int max_sessions = 1024;
+  // Per-tenant and per-connection limits (the tenants file may override the
+  // per-tenant ones), so no tenant can take what the others need.
+  int max_sessions_per_tenant = 64;
+  int max_sessions_per_connection = 16;
+  uint64_t max_registered_bytes_per_tenant = 64ull << 30;
   int max_buffers_per_session = 64;
   absl::Duration session_idle_timeout = absl::Minutes(30);
   // Prometheus endpoint on 127.0.0.1: 0 = off, -1 = any free port (logged,
@@ -38,6 +43,9 @@ struct DaemonConfig {
   void ApplyDefaults();
   absl::Status Validate() const;
   std::string IpcEndpoint() const { return "ipc://" + ipc_socket; }
+  // Mode of the ipc socket file: 0600 (this uid only) unless --socket_group
+  // names a group, then 0660 with that group (one uid per tenant).
+  std::string socket_group;
 };
 
 }  // namespace kvtier::daemon

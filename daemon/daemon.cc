@@ -2,11 +2,17 @@
 // handlers.cc, STATS in stats.cc.
 #include "daemon/daemon.h"
 
+#include <grp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/endpoint.h"
+#include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "tiers/host_tier.h"
@@ -17,12 +23,39 @@ namespace {
 
 std::atomic<int> g_daemon_seq{0};
 
-absl::Status MakeDir(const std::string& dir, mode_t mode) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
-  chmod(dir.c_str(), mode);
+// Largest header frame: a request naming kMaxKeysPerRequest keys with
+// their parents and offsets takes ~200 KiB.
+constexpr uint64_t kMaxHeaderBytes = 1 << 20;
+// Before a peer has a session it may send only a HELLO: one small frame.
+constexpr uint64_t kMaxHelloBytes = 64 << 10;
+// Frames of one request: routing id aside, a header and one page per key.
+constexpr size_t kMaxFramesPerMessage = 1 + kMaxKeysPerRequest;
+// How often the frontend looks for peers whose connection closed.
+constexpr absl::Duration kPeerSweep = absl::Milliseconds(200);
+
+// The socket file (created by bind) for a group of uids: 0660 and that group.
+absl::Status ShareSocketWithGroup(const std::string& path, const std::string& group) {
+  const struct group* g = getgrnam(group.c_str());
+  if (g == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("--socket_group: no group '", group, "'"));
+  if (chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0 || chmod(path.c_str(), 0660) != 0)
+    return absl::FailedPreconditionError(absl::StrCat("--socket_group: cannot give ", path,
+                                                      " to group '", group, "': ", strerror(errno)));
   return absl::OkStatus();
+}
+
+// A quota given for one tier also bounds every tier below it that has none
+// of its own: a tenant held to 2 GiB of RAM must not flood NVMe instead.
+absl::flat_hash_map<tiers::TierKind, uint64_t> InheritedQuotas(
+    const absl::flat_hash_map<tiers::TierKind, uint64_t>& given) {
+  absl::flat_hash_map<tiers::TierKind, uint64_t> out = given;
+  uint64_t above = 0;
+  for (tiers::TierKind kind : {tiers::TierKind::kHbm, tiers::TierKind::kHost, tiers::TierKind::kNvme}) {
+    auto it = given.find(kind);
+    if (it != given.end() && it->second > 0) above = it->second;
+    else if (above > 0) out[kind] = above;
+  }
+  return out;
 }
 
 }  // namespace
@@ -56,6 +89,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config,
 
 absl::Status Daemon::Init() {
   InstallSigbusGuard();
+  // Everything the daemon creates — state, NVMe data, the RocksDB index
+  // (which asks for 0644), the socket — is for this user only: tenants'
+  // page bytes and keys are in there.
+  umask(077);
   started_ = absl::Now();
   if (config_.tenants_file.empty()) {
     tenants_ = TenantRegistry::Default();
@@ -63,7 +100,7 @@ absl::Status Daemon::Init() {
   } else {
     ASSIGN_OR_RETURN(tenants_, TenantRegistry::LoadFile(config_.tenants_file));
   }
-  RETURN_IF_ERROR(MakeDir(config_.state_dir, 0700));
+  RETURN_IF_ERROR(EnsurePrivateDir(config_.state_dir, "state directory"));
   std::vector<std::unique_ptr<tiers::Tier>> tiers;
   RETURN_IF_ERROR(InitDevice(tiers));  // the HBM tier, if any, goes on top
   ASSIGN_OR_RETURN(auto host, tiers::CreateHostTier(config_.host));
@@ -82,7 +119,9 @@ absl::Status Daemon::Init() {
   }
   ASSIGN_OR_RETURN(store_, tiers::TierManager::Create(config_.store, std::move(tiers)));
   for (const Tenant& t : tenants_.tenants()) {
-    tiers::NamespaceConfig nc{.name = t.name, .quota_bytes = t.quota_bytes};
+    tiers::NamespaceConfig nc{.name = t.name,
+                              .quota_bytes = InheritedQuotas(t.quota_bytes),
+                              .reserved_bytes = t.reserved_bytes};
     ASSIGN_OR_RETURN(tiers::NamespaceId id, store_->AddNamespace(nc));
     tenant_ns_[t.name] = id;
   }
@@ -104,19 +143,35 @@ absl::Status Daemon::Init() {
 absl::Status Daemon::BindEndpoints() {
   router_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
   router_->set(zmq::sockopt::linger, 0);
-  // Bound the size of one frame a client may make us buffer.
-  router_->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(kMaxPageBytes + (1 << 20)));
+  // Bound the size of one frame a client may make us buffer: the largest page
+  // the tiers hold (inline PUT) or a header. libzmq drops a peer that sends
+  // a larger frame as soon as it reads the frame's length.
+  router_->set(zmq::sockopt::maxmsgsize,
+               static_cast<int64_t>(std::max<uint64_t>(store_->MaxPageBytes(), kMaxHeaderBytes)));
   router_->set(zmq::sockopt::sndhwm, 100000);
   router_->set(zmq::sockopt::rcvhwm, 100000);
   if (!config_.ipc_socket.empty()) {
     std::string dir = std::filesystem::path(config_.ipc_socket).parent_path();
-    if (!dir.empty()) RETURN_IF_ERROR(MakeDir(dir, 0700));
+    if (dir.empty()) dir = ".";
+    bool created = false;
+    RETURN_IF_ERROR(EnsurePrivateDir(dir, "socket directory", &created));
+    // Members of the socket group must reach the socket: search, not list.
+    if (created && !config_.socket_group.empty()) {
+      if (const struct group* g = getgrnam(config_.socket_group.c_str()))
+        if (chown(dir.c_str(), static_cast<uid_t>(-1), g->gr_gid) == 0) chmod(dir.c_str(), 0710);
+    }
     // A stale socket file from a crashed daemon would make bind fail.
     std::filesystem::remove(config_.ipc_socket);
   }
   std::vector<std::string> wanted;
   if (!config_.ipc_socket.empty()) wanted.push_back(config_.IpcEndpoint());
-  if (!config_.tcp_endpoint.empty()) wanted.push_back(config_.tcp_endpoint);
+  if (!config_.tcp_endpoint.empty()) {
+    // Bind the numeric address that was validated, never the text.
+    ASSIGN_OR_RETURN(TcpEndpoint tcp,
+                     ResolveTcpEndpoint(config_.tcp_endpoint, config_.allow_non_loopback_tcp));
+    if (tcp.ipv6) router_->set(zmq::sockopt::ipv6, 1);
+    wanted.push_back(tcp.bind);
+  }
   for (const std::string& ep : wanted) {
     try {
       router_->bind(ep);
@@ -126,6 +181,8 @@ absl::Status Daemon::BindEndpoints() {
     endpoints_.push_back(router_->get(zmq::sockopt::last_endpoint));
     spdlog::info("listening on {}", endpoints_.back());
   }
+  if (!config_.ipc_socket.empty() && !config_.socket_group.empty())
+    RETURN_IF_ERROR(ShareSocketWithGroup(config_.ipc_socket, config_.socket_group));
   completion_endpoint_ = absl::StrCat("inproc://kvtier-completions-", g_daemon_seq++);
   completions_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pull);
   completions_->set(zmq::sockopt::rcvhwm, 0);
@@ -141,6 +198,7 @@ absl::Status Daemon::Run(const std::atomic<bool>& stop) {
   zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
                              {completions_->handle(), 0, ZMQ_POLLIN, 0}};
   absl::Time next_reap = absl::Now() + absl::Seconds(1);
+  absl::Time next_sweep = absl::Now() + kPeerSweep;
   while (!stop.load()) {
     try {
       zmq::poll(items, 2, std::chrono::milliseconds(100));
@@ -158,8 +216,13 @@ absl::Status Daemon::Run(const std::atomic<bool>& stop) {
       OnRouterMessage();
     }
     metrics_.sessions.store(sessions_.size(), std::memory_order_relaxed);
+    if (absl::Now() >= next_sweep) {
+      EndClosedPeers();
+      next_sweep = absl::Now() + kPeerSweep;
+    }
     if (absl::Now() >= next_reap) {
       sessions_.ReapIdle(absl::Now() - config_.session_idle_timeout);
+      PruneBufferOwners();
       next_reap = absl::Now() + absl::Seconds(1);
     }
   }
@@ -192,12 +255,64 @@ void Daemon::OnCompletion() {
   }
 }
 
+void Daemon::EndClosedPeers() {
+  for (const std::string& peer : peers_.TakeClosed()) {
+    const size_t n = sessions_.EraseByPeer(peer);
+    if (n > 0) spdlog::info("connection closed: ended its {} session(s)", n);
+  }
+}
+
+// Receives one message frame by frame and keeps it only while it stays within
+// what its sender may send: before the peer has a session, one HELLO frame
+// of at most 64 KiB; after, a header and one page per key. The rest of an
+// oversized message is dropped as it is read, and the sender gets an error.
 void Daemon::OnRouterMessage() {
-  Frames frames = RecvMultipart(*router_);
-  if (frames.empty()) return;
-  std::string routing_id = frames[0].to_string();
-  frames.erase(frames.begin());
+  zmq::message_t id;
+  if (!router_->recv(id, zmq::recv_flags::dontwait)) return;
+  std::string routing_id = id.to_string();
+  if (!id.more()) return;  // no header: nothing to answer
+  const bool known = sessions_.HasPeer(routing_id);
+  const size_t max_frames = known ? kMaxFramesPerMessage : 1;
+  const uint64_t max_bytes =
+      known ? kMaxHeaderBytes + kMaxKeysPerRequest * store_->MaxPageBytes() : kMaxHelloBytes;
+  Frames frames;
+  size_t count = 0;
+  uint64_t total = 0;
+  int fd = -1;  // the connection's socket, from the first frame off the wire
+  for (bool more = true; more;) {
+    zmq::message_t msg;
+    if (!router_->recv(msg, zmq::recv_flags::dontwait)) break;  // cannot happen: atomic delivery
+    if (count == 0) fd = zmq_msg_get(msg.handle(), ZMQ_SRCFD);  // -1 when libzmq cannot tell
+    more = msg.more();
+    ++count;
+    total += msg.size();
+    if (count <= max_frames && total <= max_bytes) frames.push_back(std::move(msg));
+    else if (frames.size() > 1) frames.resize(1);  // keep the header for its request id
+  }
+  if (count > max_frames || total > max_bytes) {
+    RefuseOversized(routing_id, frames, count, total, known);
+    return;
+  }
   Dispatch(routing_id, frames);
+  if (sessions_.HasPeer(routing_id)) peers_.Note(routing_id, fd);
+}
+
+void Daemon::RefuseOversized(const std::string& routing_id, Frames& frames, size_t count,
+                             uint64_t total, bool known) {
+  ++requests_;
+  ++request_errors_;
+  uint64_t request_id = 0;
+  wire::Request header;
+  if (!frames.empty() && frames[0].size() <= kMaxHeaderBytes &&
+      header.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size())))
+    request_id = header.request_id();
+  const absl::Status status = absl::ResourceExhaustedError(
+      known ? absl::StrCat("message of ", count, " frames and ", total, " bytes exceeds the limit of ",
+                           kMaxFramesPerMessage, " frames (a header and one page per key)")
+            : absl::StrCat("message of ", count, " frames and ", total,
+                           " bytes from a peer without a session; send HELLO first (one frame "
+                           "of at most ", kMaxHelloBytes, " bytes)"));
+  SendReply(routing_id, Reply{ErrorResponse(request_id, status), {}});
 }
 
 void Daemon::Dispatch(const std::string& routing_id, Frames& frames) {
@@ -213,7 +328,7 @@ void Daemon::Dispatch(const std::string& routing_id, Frames& frames) {
   absl::Status status = decoded.ok() ? Route(routing_id, *decoded, frames) : decoded.status();
   if (!status.ok()) {
     ++request_errors_;
-    spdlog::debug("request {} failed: {}", request_id, status.ToString());
+    spdlog::debug("request {} failed: {}", request_id, LogSafe(status.ToString(), 512));
     SendReply(routing_id, Reply{ErrorResponse(request_id, status), {}});
   }
   EndRequest(routing_id, request_id, type, start_ns, !status.ok());
@@ -247,6 +362,7 @@ absl::Status Daemon::Route(const std::string& routing_id, DecodedRequest& d, Fra
       case wire::Request::kFlush: return SubmitFlush(*s, d, routing_id);
       case wire::Request::kBye:
         sessions_.Erase(r.session_id());
+        if (!sessions_.HasPeer(routing_id)) peers_.Forget(routing_id);
         reply = Reply{};
         reply->response.mutable_bye();
         break;

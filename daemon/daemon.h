@@ -20,6 +20,7 @@
 #include "daemon/device_transfers.h"
 #include "daemon/latency.h"
 #include "daemon/metrics_http.h"
+#include "daemon/peers.h"
 #include "daemon/request_codec.h"
 #include "daemon/session.h"
 #include "daemon/tenants.h"
@@ -66,6 +67,12 @@ class Daemon {
   absl::Status BindEndpoints();
   static Frames RecvMultipart(zmq::socket_t& socket);
   void OnRouterMessage();
+  void RefuseOversized(const std::string& routing_id, Frames& frames, size_t count, uint64_t total,
+                       bool known);
+  // Sessions end when their connection does (peers.h).
+  void EndClosedPeers();
+  // Drops owner entries of objects no registration holds any more.
+  void PruneBufferOwners();
   void OnCompletion();
   void Dispatch(const std::string& routing_id, Frames& frames);
   absl::Status Route(const std::string& routing_id, DecodedRequest& d, Frames& frames);
@@ -135,12 +142,14 @@ class Daemon {
   std::vector<std::string> endpoints_;
   SessionTable sessions_;
   absl::flat_hash_map<std::string, tiers::NamespaceId> tenant_ns_;
-  // Which namespace holds each mapped shm object (by device and inode): an
-  // object registered by one namespace is refused to every other while any
-  // registration of it lives.
+  PeerTable peers_;
+  // Which namespace holds each mapped object (shm by device and inode, device
+  // memory by the identity its backend gives): an object registered by one
+  // namespace is refused to every other while any registration of it — in
+  // any session of the owner, or a copy still using one — lives.
   struct BufferOwner {
     tiers::NamespaceId ns;
-    std::weak_ptr<ClientBuffer> buffer;
+    std::vector<std::weak_ptr<ClientBuffer>> buffers;
   };
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, BufferOwner> buffer_owners_;
   // The frontend thread owns these counters.

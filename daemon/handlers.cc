@@ -29,6 +29,19 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleHello(const std::string& routing_id,
                                                    const DecodedRequest& d) {
   const wire::Hello& h = d.request.hello();
   ASSIGN_OR_RETURN(const Tenant* tenant, tenants_.Authenticate(h.tenant(), h.token()));
+  const tiers::NamespaceId ns = tenant_ns_.at(tenant->name);
+  // Per connection and per tenant first, so one tenant opening sessions
+  // without end runs into its own limit long before the daemon's.
+  if (sessions_.SessionsOfPeer(routing_id) >= static_cast<size_t>(config_.max_sessions_per_connection))
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "HELLO: this connection already has ", config_.max_sessions_per_connection,
+        " sessions (--max_sessions_per_connection); BYE one or open another connection"));
+  const size_t tenant_limit =
+      tenant->max_sessions > 0 ? tenant->max_sessions : config_.max_sessions_per_tenant;
+  if (sessions_.SessionsOfNamespace(ns) >= tenant_limit)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "HELLO: tenant '", tenant->name, "' already has ", tenant_limit,
+        " sessions (its max_sessions in the tenants file, else --max_sessions_per_tenant)"));
   if (sessions_.size() >= static_cast<size_t>(config_.max_sessions))
     return absl::ResourceExhaustedError(
         absl::StrCat("HELLO: session limit of ", config_.max_sessions, " reached"));
@@ -40,13 +53,13 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleHello(const std::string& routing_id,
           "HELLO: pages of layout ", layout->DebugString(), " are ", layout->PageBytes(),
           " bytes; this daemon's tiers hold pages up to ", store_->MaxPageBytes(), " bytes"));
   }
-  Session& s = sessions_.Create(routing_id);
+  Session& s = sessions_.Create(routing_id, ns);
   s.tenant = tenant;
-  s.ns = tenant_ns_.at(tenant->name);
   s.layout = layout;
   s.page_bytes = layout ? layout->PageBytes() : 0;
   s.client_name = h.client_name().substr(0, 128);
-  spdlog::info("session opened: tenant '{}', client '{}', layout {}", tenant->name, s.client_name,
+  spdlog::info("session opened: tenant '{}', client '{}', layout {}", LogSafe(tenant->name),
+               LogSafe(s.client_name),
                layout ? layout->DebugString() : "none");
   Reply reply;
   auto* hr = reply.response.mutable_hello();
@@ -68,31 +81,52 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRe
   if (s.buffers.size() >= static_cast<size_t>(config_.max_buffers_per_session))
     return absl::ResourceExhaustedError(absl::StrCat(
         "REGISTER_BUFFER: at most ", config_.max_buffers_per_session, " buffers per session"));
+  // Counted before mapping: a mapping costs address space and, once
+  // touched, memory.
+  const uint64_t limit = s.tenant->max_registered_bytes > 0 ? s.tenant->max_registered_bytes
+                                                            : config_.max_registered_bytes_per_tenant;
+  const uint64_t registered = sessions_.RegisteredBytes(s.ns);
+  if (r.size() > limit || registered > limit - r.size())
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "REGISTER_BUFFER: ", r.size(), " more bytes would make ", registered + r.size(),
+        " bytes registered by tenant '", s.tenant->name, "', over its limit of ", limit,
+        " (max_registered_bytes in the tenants file, else --max_registered_bytes_per_tenant)"));
   std::shared_ptr<ClientBuffer> buffer;
   if (r.kind() == wire::BUFFER_SHM) {
     ASSIGN_OR_RETURN(buffer, ClientBuffer::Map(r.shm_name(), r.size()));
   } else {
     ASSIGN_OR_RETURN(buffer, MapDeviceBuffer(r));  // device_transfers.cc
   }
-  // CUDA IPC memory has no identity the daemon can see ({0, 0}).
   const std::pair<uint64_t, uint64_t> object{buffer->device(), buffer->inode()};
-  auto owner = buffer_owners_.find(object);
-  if (object.second != 0 && owner != buffer_owners_.end() && owner->second.ns != s.ns &&
-      !owner->second.buffer.expired())
+  if (object.first == 0 && object.second == 0)
+    return absl::InternalError(absl::StrCat(
+        "REGISTER_BUFFER: '", LogSafe(buffer->name()), "' has no identity to check ownership by"));
+  BufferOwner& owner = buffer_owners_[object];
+  std::erase_if(owner.buffers, [](const std::weak_ptr<ClientBuffer>& b) { return b.expired(); });
+  if (!owner.buffers.empty() && owner.ns != s.ns)
     return absl::PermissionDeniedError(absl::StrCat(
         "REGISTER_BUFFER: '", buffer->name(), "' is registered by another tenant"));
-  if (object.second != 0) buffer_owners_[object] = BufferOwner{s.ns, buffer};
-  uint32_t id = s.next_buffer_id++;
-  s.buffers.emplace(id, std::move(buffer));
+  owner.ns = s.ns;
+  owner.buffers.push_back(buffer);
+  const uint32_t id = sessions_.AddBuffer(s, std::move(buffer));
   Reply reply;
   reply.response.mutable_register_buffer()->set_buffer_id(id);
   return reply;
 }
 
+void Daemon::PruneBufferOwners() {
+  for (auto it = buffer_owners_.begin(); it != buffer_owners_.end();) {
+    std::erase_if(it->second.buffers,
+                  [](const std::weak_ptr<ClientBuffer>& b) { return b.expired(); });
+    if (it->second.buffers.empty()) buffer_owners_.erase(it++);
+    else ++it;
+  }
+}
+
 absl::StatusOr<Daemon::Reply> Daemon::HandleUnregister(Session& s, const DecodedRequest& d) {
   uint32_t id = d.request.unregister_buffer().buffer_id();
   // In-flight copies hold their own reference; the mapping goes with the last.
-  if (s.buffers.erase(id) == 0)
+  if (!sessions_.RemoveBuffer(s, id))
     return absl::NotFoundError(absl::StrCat("UNREGISTER_BUFFER: buffer ", id, " is not registered"));
   Reply reply;
   reply.response.mutable_unregister_buffer();

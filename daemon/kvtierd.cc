@@ -50,6 +50,11 @@ ABSL_FLAG(std::string, hbm_bytes, "0", "HBM (GPU) tier capacity, e.g. 16GiB; 0 =
 ABSL_FLAG(std::string, hbm_device, "auto", "device backend: auto (CUDA when a GPU is present and --hbm_bytes > 0, else emulated), cuda, emulated, none");
 ABSL_FLAG(int, hbm_device_ordinal, 0, "CUDA device of the HBM tier and of client GPU buffers");
 ABSL_FLAG(int, max_sessions, 1024, "maximum concurrent sessions");
+ABSL_FLAG(int, max_sessions_per_tenant, 64, "maximum concurrent sessions of one tenant (its \"max_sessions\" in the tenants file overrides this)");
+ABSL_FLAG(int, max_sessions_per_connection, 16, "maximum concurrent sessions opened over one client connection");
+ABSL_FLAG(std::string, max_registered_bytes_per_tenant, "64GiB", "client memory one tenant may have registered at once, over all its sessions (its \"max_registered_bytes\" in the tenants file overrides this)");
+ABSL_FLAG(std::string, socket_group, "", "give the ipc socket to this group with mode 0660 (one uid per tenant, all in the group); default: the socket is 0600, this uid only");
+ABSL_FLAG(std::string, prefetch_max_leased_per_tenant, "0", "bytes of prefetched pages one tenant may hold leased at once; 0 = half of --prefetch_max_pinned");
 ABSL_FLAG(int, session_idle_timeout_s, 1800, "drop sessions idle for this many seconds");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics endpoint on 127.0.0.1 at this port (9464 is the usual choice); 0 = off, -1 = any free port (logged)");
@@ -125,6 +130,11 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   c.store.low_watermark = absl::GetFlag(FLAGS_low_watermark);
   c.copy_threads = absl::GetFlag(FLAGS_copy_threads);
   c.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  c.max_sessions_per_tenant = absl::GetFlag(FLAGS_max_sessions_per_tenant);
+  c.max_sessions_per_connection = absl::GetFlag(FLAGS_max_sessions_per_connection);
+  ASSIGN_OR_RETURN(c.max_registered_bytes_per_tenant, BytesFlag(FLAGS_max_registered_bytes_per_tenant));
+  c.socket_group = absl::GetFlag(FLAGS_socket_group);
+  ASSIGN_OR_RETURN(c.prefetch.max_leased_bytes_per_ns, BytesFlag(FLAGS_prefetch_max_leased_per_tenant));
   c.session_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_session_idle_timeout_s));
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   return c;

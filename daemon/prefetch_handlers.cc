@@ -130,8 +130,7 @@ absl::StatusOr<Daemon::Reply> Daemon::HandlePrefetch(Session& s, const DecodedRe
         "daemon prefetches into '", std::string(tiers::TierName(config_.prefetch.target)), "'"));
   prefetch::Hint hint{.cls = prefetch::JobClass::kHint,
                       .priority = p.priority(),
-                      .lease = absl::Milliseconds(p.lease_ms()),
-                      .page_bytes = s.page_bytes};
+                      .lease = absl::Milliseconds(p.lease_ms())};
   if (p.deadline_ms() > 0) hint.deadline = absl::Now() + absl::Milliseconds(p.deadline_ms());
   prefetch::ScheduleResult r = prefetcher_->Schedule(s.ns, d.keys, hint);
   Reply reply;
@@ -147,7 +146,7 @@ absl::StatusOr<Daemon::Reply> Daemon::HandlePrefetch(Session& s, const DecodedRe
 uint32_t Daemon::StartLookahead(const Session& s, const DecodedRequest& d,
                                 const tiers::LookupResult& found) {
   if (!prefetcher_ || found.hits == 0 || s.page_bytes == 0) return 0;
-  return prefetcher_->OnLookup(s.ns, d.keys, found.tiers, s.page_bytes).queued;
+  return prefetcher_->OnLookup(s.ns, d.keys, found.tiers).queued;
 }
 
 bool Daemon::UsesPrefetchPath(const Session& s, const DecodedRequest& d) const {
@@ -187,11 +186,11 @@ absl::Status Daemon::SubmitPolicyGet(Session& s, const DecodedRequest& d,
   switch (job->policy) {
     case wire::GET_BEST_EFFORT: start(); break;
     case wire::GET_TIMEOUT:
-      prefetcher_->WhenReady(s.ns, d.keys, /*schedule_below_target=*/true, s.page_bytes,
+      prefetcher_->WhenReady(s.ns, d.keys, /*schedule_below_target=*/true,
                              absl::Now() + absl::Milliseconds(g.timeout_ms()), start);
       break;
     default:
-      prefetcher_->WhenReady(s.ns, d.keys, false, s.page_bytes, absl::Now() + kMaxDemandWait,
+      prefetcher_->WhenReady(s.ns, d.keys, false, absl::Now() + kMaxDemandWait,
                              start);
   }
   return absl::OkStatus();
@@ -220,7 +219,7 @@ void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
   }
   // The pages reported missing now come up for a retry.
   if (!below.empty())
-    prefetcher_->Schedule(job->ns, below, prefetch::Hint{.page_bytes = job->page_bytes});
+    prefetcher_->Schedule(job->ns, below, prefetch::Hint{});
   std::vector<CopyEngine::Part> parts;
   tiers::TierManager* store = store_.get();
   prefetch::Prefetcher* pf = prefetcher_.get();
@@ -266,6 +265,7 @@ void Daemon::FillPrefetchStats(wire::StatsReply* out) const {
   p->set_rejected(c.rejected);
   p->set_failed(c.failed);
   p->set_lease_expired(c.lease_expired);
+  p->set_lease_refused(c.lease_refused);
   p->set_demand_jobs(c.demand_jobs);
   p->set_promoted_pages(c.promoted_pages);
   p->set_promoted_bytes(c.promoted_bytes);

@@ -3,12 +3,29 @@
 
 #include <openssl/rand.h>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "spdlog/spdlog.h"
 
 namespace kvtier::daemon {
+namespace {
 
-Session& SessionTable::Create(std::string routing_id) {
+template <typename Map, typename Key>
+void Decrement(Map& map, const Key& key, uint64_t by) {
+  auto it = map.find(key);
+  if (it == map.end()) return;
+  if (it->second <= by) map.erase(it);
+  else it->second -= by;
+}
+
+}  // namespace
+
+std::string LogSafe(absl::string_view text, size_t max_bytes) {
+  std::string out = absl::CHexEscape(text.substr(0, max_bytes));
+  if (text.size() > max_bytes) out += "...";
+  return out;
+}
+
+Session& SessionTable::Create(std::string routing_id, tiers::NamespaceId ns) {
   std::string id(16, '\0');
   do {
     if (RAND_bytes(reinterpret_cast<unsigned char*>(id.data()), static_cast<int>(id.size())) != 1)
@@ -17,9 +34,11 @@ Session& SessionTable::Create(std::string routing_id) {
   auto s = std::make_unique<Session>();
   s->id = id;
   s->routing_id = std::move(routing_id);
+  s->ns = ns;
   s->last_seen = absl::Now();
   Session& ref = *s;
   sessions_.emplace(id, std::move(s));
+  Account(ref, +1);
   return ref;
 }
 
@@ -29,21 +48,76 @@ Session* SessionTable::Find(absl::string_view id, absl::string_view routing_id) 
   return it->second.get();
 }
 
-void SessionTable::Erase(absl::string_view id) { sessions_.erase(id); }
+void SessionTable::Account(const Session& s, int sign) {
+  if (sign > 0) {
+    ++per_peer_[s.routing_id];
+    ++per_ns_[s.ns];
+    return;
+  }
+  Decrement(per_peer_, s.routing_id, 1);
+  Decrement(per_ns_, s.ns, 1);
+  uint64_t bytes = 0;
+  for (const auto& [id, b] : s.buffers) bytes += b->size();
+  Decrement(registered_, s.ns, bytes);
+}
+
+bool SessionTable::Erase(absl::string_view id) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return false;
+  Account(*it->second, -1);
+  sessions_.erase(it);
+  return true;
+}
+
+size_t SessionTable::EraseByPeer(absl::string_view routing_id) {
+  if (!HasPeer(routing_id)) return 0;
+  std::vector<std::string> ids;
+  for (const auto& [id, s] : sessions_)
+    if (s->routing_id == routing_id) ids.push_back(id);
+  for (const std::string& id : ids) Erase(id);
+  return ids.size();
+}
 
 size_t SessionTable::ReapIdle(absl::Time cutoff) {
-  size_t n = 0;
-  for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (it->second->last_seen < cutoff) {
-      spdlog::info("session of tenant '{}' ({}) expired after idling",
-                   it->second->tenant ? it->second->tenant->name : "?", it->second->client_name);
-      sessions_.erase(it++);
-      ++n;
-    } else {
-      ++it;
-    }
+  std::vector<std::string> ids;
+  for (const auto& [id, s] : sessions_) {
+    if (s->last_seen >= cutoff) continue;
+    spdlog::info("session of tenant '{}' ({}) expired after idling",
+                 s->tenant ? LogSafe(s->tenant->name) : "?", LogSafe(s->client_name));
+    ids.push_back(id);
   }
-  return n;
+  for (const std::string& id : ids) Erase(id);
+  return ids.size();
+}
+
+uint32_t SessionTable::AddBuffer(Session& s, std::shared_ptr<ClientBuffer> buffer) {
+  registered_[s.ns] += buffer->size();
+  const uint32_t id = s.next_buffer_id++;
+  s.buffers.emplace(id, std::move(buffer));
+  return id;
+}
+
+bool SessionTable::RemoveBuffer(Session& s, uint32_t id) {
+  auto it = s.buffers.find(id);
+  if (it == s.buffers.end()) return false;
+  Decrement(registered_, s.ns, it->second->size());
+  s.buffers.erase(it);
+  return true;
+}
+
+size_t SessionTable::SessionsOfPeer(absl::string_view routing_id) const {
+  auto it = per_peer_.find(routing_id);
+  return it == per_peer_.end() ? 0 : it->second;
+}
+
+size_t SessionTable::SessionsOfNamespace(tiers::NamespaceId ns) const {
+  auto it = per_ns_.find(ns);
+  return it == per_ns_.end() ? 0 : it->second;
+}
+
+uint64_t SessionTable::RegisteredBytes(tiers::NamespaceId ns) const {
+  auto it = registered_.find(ns);
+  return it == registered_.end() ? 0 : it->second;
 }
 
 }  // namespace kvtier::daemon

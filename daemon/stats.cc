@@ -53,6 +53,8 @@ void FillNamespace(const tiers::NamespaceSnapshot& n, wire::NamespaceStats* out)
     (*out->mutable_tier_bytes())[std::string(tiers::TierName(tier))] = bytes;
   for (const auto& [tier, bytes] : n.tier_quota_bytes)
     if (bytes > 0) (*out->mutable_tier_quota_bytes())[std::string(tiers::TierName(tier))] = bytes;
+  for (const auto& [tier, bytes] : n.tier_reserved_bytes)
+    (*out->mutable_tier_reserved_bytes())[std::string(tiers::TierName(tier))] = bytes;
 }
 
 }  // namespace
@@ -66,10 +68,6 @@ wire::StatsReply Daemon::BuildStats(const Session& s) const {
   d->set_sessions(static_cast<uint32_t>(sessions_.size()));
   d->set_requests(requests_);
   d->set_request_errors(request_errors_);
-  uint64_t rss = 0, anon = 0;
-  ReadRss(&rss, &anon);
-  d->set_rss_bytes(rss);
-  d->set_rss_anon_bytes(anon);
   d->set_index_pages(snap.index_pages);
   d->set_device(device_desc_);
   d->set_metrics_port(metrics_http_ ? metrics_http_->port() : 0);
@@ -86,7 +84,14 @@ wire::StatsReply Daemon::BuildStats(const Session& s) const {
       ts->set_backing(t.backing);
     }
   }
-  if (!admin) {
+  if (admin) {
+    // Process-wide memory moves with every tenant's traffic (a side
+    // channel), so only admins see it.
+    uint64_t rss = 0, anon = 0;
+    ReadRss(&rss, &anon);
+    d->set_rss_bytes(rss);
+    d->set_rss_anon_bytes(anon);
+  } else {
     d->set_sessions(0);
     d->set_requests(0);
     d->set_request_errors(0);

@@ -3,6 +3,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/request_codec.h"
 #include "kvtier/byte_size.h"
+#include "kvtier/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace kvtier::daemon {
@@ -24,8 +26,40 @@ absl::StatusOr<tiers::TierKind> ParseTierName(absl::string_view name) {
       absl::StrCat("unknown tier '", name, "' (want hbm, host or nvme)"));
 }
 
+// A byte size given as a number or a string like "512MiB".
+absl::StatusOr<uint64_t> ByteValue(const nlohmann::json& value, absl::string_view what) {
+  std::string text = value.is_number_unsigned() ? std::to_string(value.get<uint64_t>())
+                     : value.is_string()         ? value.get<std::string>()
+                                                 : std::string("?");
+  auto bytes = ParseByteSize(text);
+  if (!bytes.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", bytes.status().message()));
+  return bytes;
+}
+
+// {"host": "512MiB", "nvme": "4GiB"} under `field`, if present.
+absl::Status ParseTierBytes(const nlohmann::json& t, const char* field, absl::string_view where,
+                            absl::flat_hash_map<tiers::TierKind, uint64_t>* out) {
+  if (!t.contains(field)) return absl::OkStatus();
+  if (!t[field].is_object())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": \"", field, "\" must be an object"));
+  for (const auto& [tier_name, value] : t[field].items()) {
+    auto tier = ParseTierName(tier_name);
+    if (!tier.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", tier.status().message()));
+    ASSIGN_OR_RETURN((*out)[*tier], ByteValue(value, absl::StrCat(where, ": ", field, ".", tier_name)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view where) {
   if (!t.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+  // A misspelt limit would silently protect nobody: refuse unknown fields.
+  for (const auto& [field, value] : t.items()) {
+    static constexpr const char* kFields[] = {"name",    "token",        "admin",
+                                              "quota",   "reserve",      "max_sessions",
+                                              "max_registered_bytes"};
+    if (std::find(std::begin(kFields), std::end(kFields), field) == std::end(kFields))
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown field \"", field, "\""));
+  }
   Tenant tenant;
   if (!t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty())
     return absl::InvalidArgumentError(absl::StrCat(where, ": \"name\" must be a non-empty string"));
@@ -44,21 +78,18 @@ absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view wh
       return absl::InvalidArgumentError(absl::StrCat(where, ": \"admin\" must be true or false"));
     tenant.admin = t["admin"].get<bool>();
   }
-  if (t.contains("quota")) {
-    if (!t["quota"].is_object())
-      return absl::InvalidArgumentError(absl::StrCat(where, ": \"quota\" must be an object"));
-    for (const auto& [tier_name, value] : t["quota"].items()) {
-      auto tier = ParseTierName(tier_name);
-      if (!tier.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", tier.status().message()));
-      std::string text = value.is_number_unsigned() ? std::to_string(value.get<uint64_t>())
-                         : value.is_string()         ? value.get<std::string>()
-                                                     : std::string("?");
-      auto bytes = ParseByteSize(text);
-      if (!bytes.ok())
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": quota.", tier_name, ": ", bytes.status().message()));
-      tenant.quota_bytes[*tier] = *bytes;
-    }
+  RETURN_IF_ERROR(ParseTierBytes(t, "quota", where, &tenant.quota_bytes));
+  RETURN_IF_ERROR(ParseTierBytes(t, "reserve", where, &tenant.reserved_bytes));
+  if (t.contains("max_sessions")) {
+    const auto& v = t["max_sessions"];
+    if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > 1000000)
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": \"max_sessions\" must be a number from 1 to 1000000"));
+    tenant.max_sessions = static_cast<uint32_t>(v.get<uint64_t>());
+  }
+  if (t.contains("max_registered_bytes")) {
+    ASSIGN_OR_RETURN(tenant.max_registered_bytes,
+                     ByteValue(t["max_registered_bytes"], absl::StrCat(where, ": max_registered_bytes")));
   }
   return tenant;
 }

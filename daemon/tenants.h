@@ -16,14 +16,22 @@ struct Tenant {
   std::string name;
   std::string token;  // empty: no token needed (only the built-in default)
   bool admin = false;
+  // Per tier; a quota given for one tier also bounds the tiers below it
+  // unless they have their own (the daemon fills that in).
   absl::flat_hash_map<tiers::TierKind, uint64_t> quota_bytes;
+  // Bytes per tier that no other tenant's pressure may evict.
+  absl::flat_hash_map<tiers::TierKind, uint64_t> reserved_bytes;
+  // Overrides of the daemon-wide per-tenant limits; 0 = the daemon's flag.
+  uint32_t max_sessions = 0;
+  uint64_t max_registered_bytes = 0;
 };
 
 class TenantRegistry {
  public:
   // Loads a JSON tenants file:
   //   {"tenants": [{"name": "alice", "token": "…", "admin": false,
-  //                 "quota": {"host": "512MiB"}}]}
+  //                 "quota": {"host": "512MiB"}, "reserve": {"host": "64MiB"},
+  //                 "max_sessions": 32, "max_registered_bytes": "64GiB"}]}
   // Errors name the file and the offending entry.
   static absl::StatusOr<TenantRegistry> LoadFile(const std::string& path);
   static absl::StatusOr<TenantRegistry> Parse(absl::string_view json, absl::string_view origin);

@@ -33,24 +33,39 @@ void Prefetcher::Finish(const Job& job, tiers::PromoteResult result,
     }
     const bool late = run.demanded || now > job.deadline;
     if (run.is_prefetch && late) ++c_.late;
-    if (job.lease > absl::ZeroDuration()) {
-      Lease lease{std::move(result.pin), now + job.lease, job.bytes,
+    // The lease counts the stored page's real size against the namespace's
+    // cap: no session's declared page size can stretch it.
+    const uint64_t bytes = result.pin.bytes();
+    uint64_t& leased = leased_by_ns_[job.ns];
+    if (job.lease <= absl::ZeroDuration()) {
+      // no lease was asked for: the pin goes back below
+    } else if (auto old = leases_.find(id); old != leases_.end()) {
+      old->second.expiry = std::max(old->second.expiry, now + job.lease);  // keeps its pin
+    } else if (leased + bytes > max_leased_per_ns_) {
+      ++c_.lease_refused;
+    } else {
+      Lease lease{std::move(result.pin), now + job.lease, now, bytes,
                   /*counted=*/late || !run.is_prefetch};
-      pinned_bytes_ += lease.bytes;
-      if (auto old = leases_.find(id); old != leases_.end()) {
-        pinned_bytes_ -= old->second.bytes;
-        *release = std::move(old->second.pin);
-        leases_.erase(old);
-      }
+      pinned_bytes_ += bytes;
+      leased += bytes;
       if (lease.expiry < next_wake_) timer_cv_.Signal();
       leases_.emplace(id, std::move(lease));
     }
+    if (leased == 0) leased_by_ns_.erase(job.ns);
   }
   if (result.pin.valid()) *release = std::move(result.pin);
   for (auto& w : run.waiters)
     if (--w->remaining == 0) fire->push_back(w);
   WakeWaitersLocked(id, fire);
   work_cv_.SignalAll();  // budget freed
+}
+
+void Prefetcher::UnleaseLocked(const JobId& id, const Lease& lease) {
+  pinned_bytes_ -= lease.bytes;
+  auto it = leased_by_ns_.find(id.ns);
+  if (it == leased_by_ns_.end()) return;
+  it->second -= std::min(it->second, lease.bytes);
+  if (it->second == 0) leased_by_ns_.erase(it);
 }
 
 void Prefetcher::OnDemandRead(tiers::NamespaceId ns, absl::Span<const PageKey> keys) {
@@ -60,7 +75,7 @@ void Prefetcher::OnDemandRead(tiers::NamespaceId ns, absl::Span<const PageKey> k
     const JobId id{ns, key};
     if (auto l = leases_.find(id); l != leases_.end()) {
       if (!l->second.counted) ++c_.completed_in_time;
-      pinned_bytes_ -= l->second.bytes;
+      UnleaseLocked(id, l->second);
       release.push_back(std::move(l->second.pin));
       leases_.erase(l);
     } else if (watch_.erase(id) > 0) {
@@ -93,7 +108,7 @@ absl::Time Prefetcher::ExpireLocked(absl::Time now, std::vector<tiers::PagePin>*
     }
     ++c_.lease_expired;
     if (!l.counted && watch_.size() < config_.max_watched) watch_[it->first] = now;
-    pinned_bytes_ -= l.bytes;
+    UnleaseLocked(it->first, l);
     release->push_back(std::move(l.pin));
     leases_.erase(it++);
   }
@@ -194,6 +209,7 @@ void Prefetcher::Shutdown() {
     timed_.clear();
     for (auto& [id, l] : leases_) release.push_back(std::move(l.pin));
     leases_.clear();
+    leased_by_ns_.clear();
     watch_.clear();
     pinned_bytes_ = 0;
   }

@@ -47,6 +47,9 @@ Prefetcher::Prefetcher(const PrefetcherConfig& config, tiers::TierManager* store
     const auto snap = store->Snapshot();
     max_pinned_bytes_ = std::max<uint64_t>(1, snap.tiers[target].capacity_bytes / 4);
   }
+  max_leased_per_ns_ = config.max_leased_bytes_per_ns > 0
+                           ? config.max_leased_bytes_per_ns
+                           : std::max<uint64_t>(1, max_pinned_bytes_ / 2);
 }
 
 Prefetcher::~Prefetcher() { Shutdown(); }
@@ -64,7 +67,7 @@ ScheduleResult Prefetcher::Schedule(tiers::NamespaceId ns, absl::Span<const Page
 }
 
 ScheduleResult Prefetcher::OnLookup(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
-                                    absl::Span<const tiers::TierKind> tiers, uint64_t page_bytes) {
+                                    absl::Span<const tiers::TierKind> tiers) {
   if (!config_.lookahead || tiers.empty()) return {};
   std::vector<bool> below(tiers.size());
   bool any = false;
@@ -76,8 +79,7 @@ ScheduleResult Prefetcher::OnLookup(tiers::NamespaceId ns, absl::Span<const Page
       policy_->SelectLookahead(absl::MakeConstSpan(flags.get(), below.size()));
   Hint hint{.cls = JobClass::kLookahead,
             .priority = policy_->LookaheadPriority(),
-            .deadline = absl::Now() + policy_->LookaheadDeadline(),
-            .page_bytes = page_bytes};
+            .deadline = absl::Now() + policy_->LookaheadDeadline()};
   return AddJobs(ns, keys.subspan(0, tiers.size()), which, hint);
 }
 
@@ -86,9 +88,11 @@ ScheduleResult Prefetcher::AddJobs(tiers::NamespaceId ns, absl::Span<const PageK
   ScheduleResult r;
   // Probe outside our lock: Locate takes a shard lock.
   std::vector<int> where(which.size());
-  for (size_t j = 0; j < which.size(); ++j) where[j] = store_->Locate(ns, keys[which[j]]);
+  std::vector<uint64_t> bytes(which.size());
+  for (size_t j = 0; j < which.size(); ++j) where[j] = store_->Locate(ns, keys[which[j]], &bytes[j]);
   const absl::Time now = absl::Now();
   const absl::Duration lease = policy_->Lease(hint.cls, hint.lease);
+  const absl::Duration max_lease = policy_->Lease(JobClass::kHint, absl::InfiniteDuration());
   absl::MutexLock lock(&mu_);
   for (size_t j = 0; j < which.size(); ++j) {
     const JobId id{ns, keys[which[j]]};
@@ -97,7 +101,10 @@ ScheduleResult Prefetcher::AddJobs(tiers::NamespaceId ns, absl::Span<const PageK
       continue;
     }
     if (auto l = leases_.find(id); l != leases_.end()) {
-      l->second.expiry = std::max(l->second.expiry, now + lease);  // wanted again
+      // Wanted again: later expiry, but never past the longest lease from
+      // its grant, so repeating PREFETCH cannot pin a page for ever.
+      l->second.expiry =
+          std::max(l->second.expiry, std::min(now + lease, l->second.granted + max_lease));
       ++r.merged;
       continue;
     }
@@ -114,7 +121,7 @@ ScheduleResult Prefetcher::AddJobs(tiers::NamespaceId ns, absl::Span<const PageK
       continue;
     }
     Job job{.ns = ns, .key = id.key, .cls = hint.cls, .priority = hint.priority,
-            .deadline = hint.deadline, .lease = lease, .bytes = hint.page_bytes, .enqueued = now};
+            .deadline = hint.deadline, .lease = lease, .bytes = bytes[j], .enqueued = now};
     switch (queue_.Add(std::move(job))) {
       case PrefetchQueue::AddResult::kQueued: ++r.queued; break;
       case PrefetchQueue::AddResult::kMerged: ++r.merged; break;
@@ -148,10 +155,10 @@ size_t Prefetcher::CountPending(tiers::NamespaceId ns, absl::Span<const PageKey>
 }
 
 void Prefetcher::WhenReady(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
-                           bool schedule_below_target, uint64_t page_bytes, absl::Time deadline,
+                           bool schedule_below_target, absl::Time deadline,
                            std::function<void()> done) {
   if (schedule_below_target) {
-    Schedule(ns, keys, Hint{.cls = JobClass::kDemand, .page_bytes = page_bytes});
+    Schedule(ns, keys, Hint{.cls = JobClass::kDemand});
   }
   auto w = std::make_shared<Waiter>();
   w->done = std::move(done);

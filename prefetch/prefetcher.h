@@ -34,6 +34,9 @@ struct PrefetcherConfig {
   uint32_t batch_pages = 8;     // jobs one thread takes per round
   // Leases + in-flight promotions; 0: a quarter of the target tier.
   uint64_t max_pinned_bytes = 0;
+  // Leased bytes one namespace may hold at once; 0: half of max_pinned_bytes.
+  // A promotion that would go over it ends without a lease.
+  uint64_t max_leased_bytes_per_ns = 0;
   size_t max_queued = 65536;    // more is refused (counted in `rejected`)
   bool lookahead = true;        // LOOKUP schedules its below-target hits
   // Unread promoted pages watched for eviction (the `wasted` counter).
@@ -55,6 +58,7 @@ struct PrefetchCounters {
   uint64_t failed = 0;             // could not promote (no room, busy, missing, read error)
   uint64_t cancelled = 0;          // still queued at shutdown
   uint64_t lease_expired = 0;      // leases that ended without a GET
+  uint64_t lease_refused = 0;      // promoted, but the namespace's lease cap was reached
   uint64_t demand_waited = 0;      // GET pages that waited on a queued/running prefetch
   uint64_t demand_jobs = 0;        // promotions a GET asked for directly (timeout policy)
   uint64_t promoted_pages = 0;     // pages this prefetcher moved up
@@ -77,7 +81,8 @@ struct Hint {
   int32_t priority = 0;
   absl::Time deadline = absl::InfiniteFuture();
   absl::Duration lease = absl::ZeroDuration();  // 0: the policy's default
-  uint64_t page_bytes = 0;
+  // No page size here: budgets count each stored page's real size (a
+  // session's declared size is a client's claim).
 };
 
 class Prefetcher {
@@ -93,7 +98,7 @@ class Prefetcher {
       ABSL_LOCKS_EXCLUDED(mu_);
   // LOOKUP lookahead: `tiers` are the kinds of the chain's leading hits.
   ScheduleResult OnLookup(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
-                          absl::Span<const tiers::TierKind> tiers, uint64_t page_bytes)
+                          absl::Span<const tiers::TierKind> tiers)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // GET side. Whether any key has a queued or running promotion.
@@ -108,7 +113,7 @@ class Prefetcher {
   // is promoting get demand jobs first. `done` runs at once (on this thread)
   // when nothing is pending; at shutdown it runs from Shutdown().
   void WhenReady(tiers::NamespaceId ns, absl::Span<const PageKey> keys, bool schedule_below_target,
-                 uint64_t page_bytes, absl::Time deadline, std::function<void()> done)
+                 absl::Time deadline, std::function<void()> done)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A GET pinned (ns, key): its lease, if any, is no longer needed.
   void OnDemandRead(tiers::NamespaceId ns, const PageKey& key) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -151,7 +156,8 @@ class Prefetcher {
   struct Lease {
     tiers::PagePin pin;
     absl::Time expiry;
-    uint64_t bytes = 0;
+    absl::Time granted;  // PREFETCH again extends expiry, never past granted + max_lease
+    uint64_t bytes = 0;  // the stored page's real size
     bool counted = false;  // already counted (late / demand): no in_time on read
   };
   struct Running {
@@ -217,6 +223,11 @@ class Prefetcher {
   absl::Time next_wake_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time next_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_leased_per_ns_ = 0;
+  // Leased bytes per namespace (≤ max_leased_per_ns_).
+  absl::flat_hash_map<tiers::NamespaceId, uint64_t> leased_by_ns_ ABSL_GUARDED_BY(mu_);
+  // Ends a lease's accounting (the caller drops or keeps the pin).
+  void UnleaseLocked(const JobId& id, const Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t demand_io_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   PrefetchCounters c_ ABSL_GUARDED_BY(mu_);

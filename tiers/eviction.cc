@@ -17,6 +17,17 @@ constexpr int kVictimAttempts = 4;  // races with readers are retried this often
 
 }  // namespace
 
+// The headroom above each namespace's reserve in one tier, for a victim scan.
+class TierManager::Impl::TierReserves final : public ReserveView {
+ public:
+  TierReserves(const Impl& impl, size_t t) : impl_(impl), t_(t) {}
+  uint64_t Headroom(NamespaceId ns) const override { return impl_.ReserveHeadroom(ns, t_); }
+
+ private:
+  const Impl& impl_;
+  const size_t t_;
+};
+
 // Leaf-first matters when a page leaves the store: a suffix without its
 // prefix is useless. A demotion keeps the page, and a child demoted to a
 // lower tier still counts as resident, so below the last tier plain LRU order
@@ -37,13 +48,14 @@ std::optional<VictimFilter> TierManager::Impl::FilterFor(size_t t, EvictMode mod
              : VictimFilter::kCleanOrUnreused;
 }
 
-int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter) {
+int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
+                                       const ReserveView* reserves) {
   Victim best;
   int best_shard = -1;
   for (uint32_t i = 0; i < index.num_shards(); ++i) {
     IndexShard& shard = index.shard(i);
     absl::MutexLock lock(&shard.mu);
-    Victim v = shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t), filter);
+    Victim v = shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t), filter, reserves);
     if (v.BetterThan(best)) {
       best = v;
       best_shard = static_cast<int>(i);
@@ -52,47 +64,78 @@ int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns, VictimFilter fi
   return best_shard;
 }
 
-PageEntry* TierManager::Impl::TakeVictim(size_t t, NamespaceId ns, EvictMode mode, bool* dropped) {
-  *dropped = false;
+TierManager::Impl::Taken TierManager::Impl::TakeVictim(size_t t, NamespaceId ns,
+                                                       EvictMode mode) {
+  Taken v;
   const std::optional<VictimFilter> filter = FilterFor(t, mode);
-  if (!filter) return nullptr;
+  if (!filter) return v;
+  const TierReserves tier_reserves(*this, t);
+  const ReserveView* reserves =
+      ns == 0 && tiers[t]->has_reserves.load() ? &tier_reserves : nullptr;
   for (int attempt = 0; attempt < kVictimAttempts; ++attempt) {
-    const int s = PickVictimShard(t, ns, *filter);
-    if (s < 0) return nullptr;
+    const int s = PickVictimShard(t, ns, *filter, reserves);
+    if (s < 0) return v;
     IndexShard& shard = index.shard(s);
     shard.mu.Lock();
     // Re-pick under the lock: the shard may have changed since the scan.
     PageEntry* e =
-        shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t), *filter).entry;
-    if (e == nullptr) {
+        shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t), *filter, reserves).entry;
+    // The claim fails only when another pick took the headroom meanwhile;
+    // the next scan sees that.
+    if (e == nullptr ||
+        (reserves != nullptr && !ClaimAboveReserve(e->ns, t, e->slot.bytes))) {
       shard.mu.Unlock();
       continue;
     }
+    v.claimed = reserves != nullptr;
     if (IsLastTier(t) || !Admit(e, t)) {
       if (!IsLastTier(t)) tiers[t]->admission_drops.fetch_add(1, std::memory_order_relaxed);
+      const NamespaceId victim_ns = e->ns;
+      const uint64_t bytes = e->slot.bytes;
+      // Unpinned (the filter), so its bytes are uncharged before the claim
+      // goes (a deferred record deletion aside: only the frontend defers,
+      // and its kCleanOnly never drops from a persistent tier).
       DropAndUnlock(shard, e, t);
-      *dropped = true;
-      return nullptr;
+      if (v.claimed) ReleaseReserveClaim(victim_ns, t, bytes);
+      v.claimed = false;
+      v.dropped = true;
+      return v;
     }
     // The evictor's own pin keeps readers' pins countable and stops a second
     // evictor from choosing the same page while it is copied.
     PinLocked(e);
     shard.mu.Unlock();
-    return e;
+    v.entry = e;
+    return v;
   }
-  return nullptr;
+  return v;
+}
+
+TierManager::Impl::PageMove TierManager::Impl::BeginEviction(const Taken& v, size_t t,
+                                                             EvictMode mode) {
+  PageMove m = BeginMove(v.entry, t + 1, MoveKind::kDemote, mode);
+  m.reserve_claim = v.claimed;
+  return m;
+}
+
+bool TierManager::Impl::FinishEviction(PageMove& m) {
+  const NamespaceId ns = m.e->ns;  // e may be freed by FinishMove
+  const bool moved = FinishMove(m);
+  // The source slot is RAM (demotions leave non-last tiers), so it was
+  // uncharged synchronously, if the page left.
+  if (m.reserve_claim) ReleaseReserveClaim(ns, m.from, m.old.bytes);
+  return moved;
 }
 
 size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns, EvictMode mode) {
   for (int attempt = 0; attempt < kVictimAttempts; ++attempt) {
-    bool dropped = false;
-    PageEntry* e = TakeVictim(t, ns, mode, &dropped);
-    if (dropped) return 1;
-    if (e == nullptr) return 0;
+    const Taken v = TakeVictim(t, ns, mode);
+    if (v.dropped) return 1;
+    if (v.entry == nullptr) return 0;
     std::vector<PageMove> one;
-    one.push_back(BeginMove(e, t + 1, MoveKind::kDemote, mode));
+    one.push_back(BeginEviction(v, t, mode));
     PersistMoves(one);
-    if (FinishMove(one[0])) return 1;
+    if (FinishEviction(one[0])) return 1;
   }
   return 0;
 }
@@ -106,18 +149,17 @@ size_t TierManager::Impl::DemoteBatch(size_t t, size_t max_pages, uint64_t targe
   uint64_t leaving = 0;  // bytes the picked pages will free
   const Tier& tier = *tiers[t]->tier;
   while (batch.size() + left < max_pages && tier.used_bytes() > target + leaving) {
-    bool dropped = false;
-    PageEntry* e = TakeVictim(t, 0, mode, &dropped);
-    if (dropped) {
+    const Taken v = TakeVictim(t, 0, mode);
+    if (v.dropped) {
       ++left;
       continue;
     }
-    if (e == nullptr) break;
-    batch.push_back(BeginMove(e, t + 1, MoveKind::kDemote, mode));
+    if (v.entry == nullptr) break;
+    batch.push_back(BeginEviction(v, t, mode));
     leaving += batch.back().old.bytes;
   }
   PersistMoves(batch);
-  for (PageMove& m : batch) left += FinishMove(m) ? 1 : 0;
+  for (PageMove& m : batch) left += FinishEviction(m) ? 1 : 0;
   return left;
 }
 

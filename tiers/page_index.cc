@@ -52,12 +52,14 @@ bool Matches(const PageEntry* e, VictimFilter filter) {
 
 }  // namespace
 
-Victim IndexShard::ScanList(const List& list, uint32_t scan_limit, VictimFilter filter) {
+Victim IndexShard::ScanList(const List& list, uint32_t scan_limit, VictimFilter filter,
+                            uint64_t headroom) {
   Victim fallback;
   uint32_t scanned = 0;
   PageEntry* e = list.tail();
   for (; e != nullptr && scanned < scan_limit; e = List::Newer(e)) {
     if (!Matches(e, filter)) continue;
+    if (e->slot.bytes > headroom) return fallback;  // the rest is within the reserve
     ++scanned;
     if (e->resident_children == 0) return Victim{e, e->stamp, true};
     if (fallback.entry == nullptr) fallback = Victim{e, e->stamp, false};
@@ -66,22 +68,29 @@ Victim IndexShard::ScanList(const List& list, uint32_t scan_limit, VictimFilter 
   // so a run of pinned (or filtered) pages at the tail cannot stall eviction.
   if (fallback.entry == nullptr) {
     for (; e != nullptr; e = List::Newer(e)) {
+      if (!Matches(e, filter)) continue;
+      if (e->slot.bytes > headroom) break;
       // scan_limit 0 means plain LRU: every candidate counts as a leaf.
-      if (Matches(e, filter))
-        return Victim{e, e->stamp, scan_limit == 0 || e->resident_children == 0};
+      return Victim{e, e->stamp, scan_limit == 0 || e->resident_children == 0};
     }
   }
   return fallback;
 }
 
 Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
-                                    VictimFilter filter) const {
+                                    VictimFilter filter, const ReserveView* reserves) const {
   Victim best;
   if (tier >= lists_.size()) return best;
   const auto& by_ns = lists_[tier];
-  if (ns != 0) return ns < by_ns.size() ? ScanList(by_ns[ns], scan_limit, filter) : best;
-  for (const List& list : by_ns) {
-    Victim v = ScanList(list, scan_limit, filter);
+  auto scan = [&](NamespaceId id) {
+    const List& list = by_ns[id];
+    if (list.empty()) return Victim{};
+    const uint64_t headroom = reserves == nullptr ? UINT64_MAX : reserves->Headroom(id);
+    return headroom == 0 ? Victim{} : ScanList(list, scan_limit, filter, headroom);
+  };
+  if (ns != 0) return ns < by_ns.size() ? scan(ns) : best;
+  for (NamespaceId id = 0; id < by_ns.size(); ++id) {
+    Victim v = scan(id);
     if (v.BetterThan(best)) best = v;
   }
   return best;

@@ -94,6 +94,18 @@ struct Victim {
   }
 };
 
+// What a tier-wide eviction may take from each namespace in the tier being
+// scanned without bringing it below its reserve there (the TierManager
+// implements it over its per-namespace counters). Read once per LRU list,
+// not per page: the lists are per (tier, namespace).
+class ReserveView {
+ public:
+  virtual ~ReserveView() = default;
+  // Bytes of ns's pages that may still leave the tier; UINT64_MAX when ns
+  // has no reserve there.
+  virtual uint64_t Headroom(NamespaceId ns) const = 0;
+};
+
 class IndexShard {
  public:
   absl::Mutex mu;
@@ -114,9 +126,13 @@ class IndexShard {
   // unpinned non-leaf; scan_limit 0: the oldest unpinned entry, as a leaf.
   // `ns` restricts the search to one namespace (0: all).
   // `filter` skips pages of the wrong kind (they do not count against
-  // scan_limit's leaf window).
+  // scan_limit's leaf window). `reserves` set: a namespace's pages are taken
+  // only while they fit its headroom; the first that does not ends the scan
+  // of its list (a namespace's pages are nearly always one size, and a long
+  // run of protected pages must not be walked under the lock on every pick).
   Victim FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
-                          VictimFilter filter = VictimFilter::kAny) const
+                          VictimFilter filter = VictimFilter::kAny,
+                          const ReserveView* reserves = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // An unpinned clean page of `tier` among the `scan_limit` most recent of
   // each list (backups of hot RAM pages are the NVMe tier's cheapest room).
@@ -152,7 +168,8 @@ class IndexShard {
  private:
   using List = LruList<PageEntry>;
   List& ListFor(uint8_t tier, NamespaceId ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  static Victim ScanList(const List& list, uint32_t scan_limit, VictimFilter filter);
+  static Victim ScanList(const List& list, uint32_t scan_limit, VictimFilter filter,
+                         uint64_t headroom);
 
   absl::flat_hash_set<PageEntry*, EntryHash, EntryEq> map_ ABSL_GUARDED_BY(mu);
   // lists_[tier][ns]; grown on demand as namespaces appear.

@@ -30,11 +30,19 @@ int TierManager::TierIndex(TierKind kind) const {
 }
 
 int TierManager::Locate(NamespaceId ns, const PageKey& key) const {
+  uint64_t bytes;
+  return Locate(ns, key, &bytes);
+}
+
+int TierManager::Locate(NamespaceId ns, const PageKey& key, uint64_t* bytes) const {
+  *bytes = 0;
   if (impl_->Ns(ns) == nullptr) return -1;
   IndexShard& shard = impl_->index.ShardFor(ns, key);
   absl::MutexLock lock(&shard.mu);
   const PageEntry* e = shard.FindLocked(ns, key);
-  return e == nullptr ? -1 : e->tier;
+  if (e == nullptr) return -1;
+  *bytes = e->slot.bytes;
+  return e->tier;
 }
 
 std::optional<PagePin> TierManager::PinForPromotion(NamespaceId ns, const PageKey& key) {

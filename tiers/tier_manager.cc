@@ -30,6 +30,7 @@ NamespaceSnapshot SnapshotNamespace(NamespaceId id, const NamespaceState& ns,
     s.bytes += bytes;
     s.tier_bytes[kind] += bytes;
     if (ns.quota[t] != 0) s.tier_quota_bytes[kind] = ns.quota[t];
+    if (ns.reserve[t] != 0) s.tier_reserved_bytes[kind] = ns.reserve[t];
   }
   return s;
 }
@@ -51,6 +52,10 @@ absl::Status TierManagerConfig::Validate() const {
                                                    " must be in [0, low watermark)"));
   }
   if (leaf_scan_limit == 0) return absl::InvalidArgumentError("leaf_scan_limit must be > 0");
+  if (!(max_reserved_fraction >= 0 && max_reserved_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_reserved_fraction ", max_reserved_fraction, " must be in [0, 1]"));
+  }
   return absl::OkStatus();
 }
 
@@ -122,8 +127,18 @@ absl::StatusOr<NamespaceId> TierManager::AddNamespace(const NamespaceConfig& con
   }
   auto ns = std::make_unique<NamespaceState>(config.name, impl_->tiers.size());
   for (size_t t = 0; t < impl_->tiers.size(); ++t) {
-    auto q = config.quota_bytes.find(impl_->tiers[t]->tier->kind());
-    if (q != config.quota_bytes.end()) ns->quota[t] = q->second;
+    const TierKind kind = impl_->tiers[t]->tier->kind();
+    if (auto q = config.quota_bytes.find(kind); q != config.quota_bytes.end()) {
+      ns->quota[t] = q->second;
+    }
+    if (auto r = config.reserved_bytes.find(kind); r != config.reserved_bytes.end()) {
+      ns->reserve[t] = r->second;
+    }
+  }
+  if (auto s = impl_->ValidateReserves(config, *ns); !s.ok()) return s;
+  // Before the namespace is visible, so it has reserves before it has pages.
+  for (size_t t = 0; t < impl_->tiers.size(); ++t) {
+    if (ns->reserve[t] != 0) impl_->tiers[t]->has_reserves.store(true);
   }
   impl_->ns_table[id].store(ns.get(), std::memory_order_release);
   impl_->ns_owned.push_back(std::move(ns));

@@ -65,6 +65,10 @@ struct TierManagerConfig {
   // RAM evicts it (+24% disk writes there). Off: only pages that live on NVMe
   // alone are evicted (LRU, leaf-first); copies go with their page.
   bool reclaim_copies_first = false;
+  // AddNamespace refuses a reserve that would bring the sum of all
+  // namespaces' reserves in a tier above this fraction of its capacity
+  // (the others must still be able to run).
+  double max_reserved_fraction = 0.90;
 
   absl::Status Validate() const;
 };
@@ -73,6 +77,14 @@ struct NamespaceConfig {
   std::string name;
   // Per-tier byte quota; a missing tier or 0 means unlimited.
   absl::flat_hash_map<TierKind, uint64_t> quota_bytes;
+  // Per-tier reserved share; a missing tier or 0 means none. No other
+  // namespace's pressure (its PUTs, promotions, demotions, the evictor)
+  // evicts or demotes this namespace's pages out of a tier while that would
+  // leave it fewer bytes there than its reserve; its own quota may. At most
+  // its quota and the tier's capacity, and all namespaces' reserves in a
+  // tier together at most TierManagerConfig::max_reserved_fraction of it.
+  // Tiers of a kind the store lacks are ignored (like quotas).
+  absl::flat_hash_map<TierKind, uint64_t> reserved_bytes;
 };
 
 class TierManager;
@@ -277,6 +289,7 @@ struct NamespaceSnapshot {
   uint64_t quota_evictions = 0;
   absl::flat_hash_map<TierKind, uint64_t> tier_bytes;
   absl::flat_hash_map<TierKind, uint64_t> tier_quota_bytes;
+  absl::flat_hash_map<TierKind, uint64_t> tier_reserved_bytes;  // reserves set (non-zero)
 };
 
 struct StoreSnapshot {
@@ -292,7 +305,10 @@ class TierManager {
       const TierManagerConfig& config, std::vector<std::unique_ptr<Tier>> tiers);
   ~TierManager();  // stops the evictor; all pins and reservations must be gone
 
-  // Registers a namespace (idempotent by name: returns the existing id).
+  // Registers a namespace (idempotent by name: returns the existing id and
+  // ignores `config`). InvalidArgument, naming the namespace and tier, for a
+  // reserve above the tier's capacity or the namespace's quota there, or
+  // one that brings the tier's reserves above max_reserved_fraction.
   absl::StatusOr<NamespaceId> AddNamespace(const NamespaceConfig& config);
   absl::StatusOr<NamespaceId> FindNamespace(std::string_view name) const;
 
@@ -377,6 +393,9 @@ class TierManager {
   // Index of the tier holding (ns, key) now, or -1 when absent. Touches no
   // recency and counts nothing (a probe, not a read).
   int Locate(NamespaceId ns, const PageKey& key) const;
+  // The same, and the page's real size in *bytes (budgets count what is
+  // stored, never what a session declares).
+  int Locate(NamespaceId ns, const PageKey& key, uint64_t* bytes) const;
   // Pins a page to promote it: like PinForRead, but counts no GET hit or
   // miss and does not mark the page reused (a prefetch is not a read).
   std::optional<PagePin> PinForPromotion(NamespaceId ns, const PageKey& key);

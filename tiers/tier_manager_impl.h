@@ -23,10 +23,19 @@ using Counter = std::atomic<uint64_t>;
 
 struct NamespaceState {
   NamespaceState(std::string n, size_t tiers)
-      : name(std::move(n)), quota(tiers, 0), tier_bytes(new Counter[tiers]()) {}
+      : name(std::move(n)),
+        quota(tiers, 0),
+        reserve(tiers, 0),
+        tier_bytes(new Counter[tiers]()),
+        evicting(new Counter[tiers]()) {}
   const std::string name;
   std::vector<uint64_t> quota;            // per tier index; 0 = unlimited
+  std::vector<uint64_t> reserve;          // per tier index; 0 = none. Fixed once added
   std::unique_ptr<Counter[]> tier_bytes;  // page bytes charged, incl. reservations
+  // Bytes of pages that tier-wide evictions have picked and not yet
+  // settled (still charged): a reserve claim each, so a batch of picks, or
+  // two evictors at once, cannot together go below the reserve.
+  std::unique_ptr<Counter[]> evicting;
   Counter pages{0};
   Counter lookup_hits{0}, lookup_misses{0}, get_hits{0}, get_misses{0};
   Counter puts{0}, dedup_puts{0}, quota_evictions{0};
@@ -43,6 +52,9 @@ struct TierState {
   Counter clean_pages{0}, clean_page_bytes{0};  // pages here with a durable copy below
   Counter cleaned{0};                           // pages the cleaner wrote back
   Counter durability_failures{0};               // PUT pages refused: their copy could not be made durable
+  // Some namespace reserves room here (set once, before that namespace is
+  // visible): tier-wide victim picks only consult reserves when it is.
+  std::atomic<bool> has_reserves{false};
 };
 
 
@@ -136,6 +148,22 @@ struct TierManager::Impl {
   void FreeBackup(PageEntry* e);
   bool HasPersistentLastTier() const { return tiers.back()->tier->persistent(); }
 
+  // Reserves (reserve.cc). No other namespace's pressure takes a
+  // namespace's bytes in a tier below its reserve there: tier-wide victim
+  // picks see each namespace's headroom (ReserveView) and claim the bytes
+  // of the page they take until it has left the tier (or stayed).
+  // Refuses reserves that exceed the tier, the namespace's quota, or leave
+  // the others too little of the tier (max_reserved_fraction).
+  absl::Status ValidateReserves(const NamespaceConfig& nc, const NamespaceState& ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ns_mu);
+  // Bytes of ns's pages that may still leave tier t (UINT64_MAX: no reserve).
+  uint64_t ReserveHeadroom(NamespaceId ns, size_t t) const;
+  // Claims `bytes` of ns's headroom in t; false when they do not fit.
+  bool ClaimAboveReserve(NamespaceId ns, size_t t, uint64_t bytes);
+  // Gives a claim back once the page's bytes are uncharged from t (or the
+  // page stayed there).
+  void ReleaseReserveClaim(NamespaceId ns, size_t t, uint64_t bytes);
+
   // Eviction (eviction.cc). `ns` 0 means any namespace. Returns pages that
   // left tier t (0 or 1).
   size_t EvictOne(size_t t, NamespaceId ns, EvictMode mode);
@@ -169,9 +197,17 @@ struct TierManager::Impl {
 
  private:
   size_t DropAndUnlock(IndexShard& shard, PageEntry* e, size_t t) ABSL_UNLOCK_FUNCTION(shard.mu);
-  // The next victim of tier t: dropped at once (*dropped) when it leaves the
-  // store, else returned pinned once by us for demotion; nullptr when none.
-  PageEntry* TakeVictim(size_t t, NamespaceId ns, EvictMode mode, bool* dropped);
+  // What TakeVictim chose.
+  struct Taken {
+    PageEntry* entry = nullptr;  // pinned once by us, for demotion; else nullptr
+    bool dropped = false;        // the victim left the store at once
+    bool claimed = false;        // entry's bytes hold a reserve claim in its tier
+  };
+  // The next victim of tier t: dropped at once when it leaves the store,
+  // else returned for demotion. `ns` 0 (a tier-wide pick: everyone's
+  // pressure) respects every namespace's reserve; a namespace's own pick
+  // (its quota, an operator's eviction of it) may go below its reserve.
+  Taken TakeVictim(size_t t, NamespaceId ns, EvictMode mode);
   // Which pages of tier t `mode` may evict; nullopt: none (kCleanOnly never
   // evicts from a persistent tier: that deletes records).
   std::optional<VictimFilter> FilterFor(size_t t, EvictMode mode) const;
@@ -201,6 +237,7 @@ struct TierManager::Impl {
     bool reuses_backup = false;  // demotion onto the page's own durable copy: no I/O
     bool corrupt = false;        // read back with the wrong checksum (dropped)
     bool detached = false;       // FinishMove found the page deleted
+    bool reserve_claim = false;  // a tier-wide eviction holds a reserve claim on e
     uint64_t checksum = 0;
     PageMeta meta;
     bool NeedsPersist() const { return copied && !reuses_backup && !persisted; }
@@ -212,6 +249,12 @@ struct TierManager::Impl {
   // for kPromote (the caller's pin moves with the page); drops it otherwise.
   bool FinishMove(PageMove& m);
  private:
+  class TierReserves;  // ReserveView over ReserveHeadroom (eviction.cc)
+  // A demotion of a victim TakeVictim picked: BeginMove, noting its claim.
+  PageMove BeginEviction(const Taken& v, size_t t, EvictMode mode);
+  // FinishMove, then the pick's reserve claim (its bytes have left the
+  // tier, or it stayed).
+  bool FinishEviction(PageMove& m);
   // Up to max_pages, stopping once tier t would be at or below target bytes.
   size_t DemoteBatch(size_t t, size_t max_pages, uint64_t target, EvictMode mode);
   size_t AbandonDemotionAndUnlock(IndexShard& shard, PageEntry* e, size_t t)
@@ -221,7 +264,8 @@ struct TierManager::Impl {
   bool CopyBetweenTiers(size_t from, const Slot& src, size_t to, const Slot& dst,
                         uint64_t* sum = nullptr);
  private:
-  int PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter);
+  int PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
+                      const ReserveView* reserves = nullptr);
   PageEntry* TakeDirty(size_t t, NamespaceId ns);
   void CleanWanted();
   uint32_t ScanLimit(size_t t) const;

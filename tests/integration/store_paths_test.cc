@@ -61,7 +61,7 @@ class StorePathsTest : public DaemonTest {
     o.flags = {"--host_bytes=1MiB", "--host_slab_bytes=1MiB", "--log_level=warn"};
     o.tenants_json = R"({"tenants": [
       {"name": "a", "token": "token-a-123", "admin": true},
-      {"name": "q", "token": "token-q-123", "quota": {"host": "256KiB"}}]})";
+      {"name": "q", "token": "token-q-123", "quota": {"host": "256KiB", "nvme": "16MiB"}}]})";
     return o;
   }
   std::string ProbeTenant() const override { return "a"; }
@@ -98,7 +98,8 @@ TEST_F(StorePathsTest, FrontendThreadDoesNoDiskIo) {
   const pid_t pid = daemon_->pid();
   const std::optional<ThreadIo> before = ReadThreadIo(pid, pid);
 
-  // Tenant "q" PUTs 12 pages over its 4-page host quota.
+  // Tenant "q" PUTs 12 pages over its 4-page host quota (its NVMe quota is
+  // set: a host quota alone would bound NVMe too).
   std::vector<PageKey> qkeys = MakeChain(SmallLayout(), 1, 12);
   PutResult pq = PutChain(*q, **buf_q, *idq, qkeys);
   EXPECT_EQ(pq.stored, 12u) << "over-quota pages land on NVMe";

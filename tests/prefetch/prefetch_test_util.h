@@ -111,7 +111,7 @@ class PrefetchTest : public ::testing::Test {
   }
 
   Hint HintFor(int32_t priority = 0, absl::Duration lease = absl::ZeroDuration()) const {
-    return Hint{.cls = JobClass::kHint, .priority = priority, .lease = lease, .page_bytes = kPage};
+    return Hint{.cls = JobClass::kHint, .priority = priority, .lease = lease};
   }
 
   // The page's bytes, read through a GET-style pin, equal what was PUT.

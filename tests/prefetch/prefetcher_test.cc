@@ -111,12 +111,12 @@ TEST_F(PrefetchTest, DemandRunsFirstThenHintsByPriorityThenLookahead) {
     Prefetcher::DemandScope busy = pf_->DemandIo();
     std::vector<tiers::TierKind> nvme(2, tiers::TierKind::kNvme);
     auto look = Keys(0, 2);
-    EXPECT_EQ(pf_->OnLookup(ns_, look, nvme, kPage).queued, 2u);
+    EXPECT_EQ(pf_->OnLookup(ns_, look, nvme).queued, 2u);
     pf_->Schedule(ns_, Keys(2, 1), HintFor(1));
     pf_->Schedule(ns_, Keys(3, 1), HintFor(5));
     absl::Notification got;
     auto want = Keys(4, 1);
-    pf_->WhenReady(ns_, want, /*schedule_below_target=*/true, kPage, absl::InfiniteFuture(),
+    pf_->WhenReady(ns_, want, /*schedule_below_target=*/true, absl::InfiniteFuture(),
                    [&] { got.Notify(); });
     EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(5)));
     EXPECT_EQ(mgr_->Locate(ns_, Key(4)), 0);
@@ -136,6 +136,7 @@ TEST_F(PrefetchTest, PinnedBytesBudgetHoldsPrefetchBack) {
   PutOnNvme(0, 6);
   PrefetcherConfig cfg = Config(2);
   cfg.max_pinned_bytes = 2 * kPage;
+  cfg.max_leased_bytes_per_ns = 2 * kPage;  // one namespace may use the whole budget here
   StartPrefetcher(cfg);
   pf_->Schedule(ns_, Keys(0, 6), HintFor());
   ASSERT_TRUE(WaitFor([&] { return pf_->counters().leased_pages == 2; }));
@@ -161,7 +162,7 @@ TEST_F(PrefetchTest, LookaheadSchedulesOnlyHitsBelowTheTarget) {
   auto keys = Keys(0, 5);  // 0-2 on NVMe, 3 in RAM, 4 absent
   tiers::LookupResult look = mgr_->Lookup(ns_, keys);
   ASSERT_EQ(look.hits, 4u);
-  ScheduleResult r = pf_->OnLookup(ns_, keys, look.tiers, kPage);
+  ScheduleResult r = pf_->OnLookup(ns_, keys, look.tiers);
   EXPECT_EQ(r.queued, 3u);
   ASSERT_TRUE(WaitFor([&] { return pf_->counters().leased_pages == 3; }));
   for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(mgr_->Locate(ns_, Key(i)), 0) << i;
@@ -170,7 +171,7 @@ TEST_F(PrefetchTest, LookaheadSchedulesOnlyHitsBelowTheTarget) {
   PrefetcherConfig off = Config();
   off.lookahead = false;
   StartPrefetcher(off);
-  EXPECT_EQ(pf_->OnLookup(ns_, keys, look.tiers, kPage).queued, 0u);
+  EXPECT_EQ(pf_->OnLookup(ns_, keys, look.tiers).queued, 0u);
 }
 
 TEST_F(PrefetchTest, WaitWithDeadlineReturnsAtTheBoundWhileThePromotionRuns) {
@@ -191,7 +192,7 @@ TEST_F(PrefetchTest, WaitWithDeadlineReturnsAtTheBoundWhileThePromotionRuns) {
   EXPECT_TRUE(pf_->AnyPending(ns_, keys));
   absl::Notification done;
   const absl::Time t0 = absl::Now();
-  pf_->WhenReady(ns_, keys, false, kPage, t0 + absl::Milliseconds(50), [&] { done.Notify(); });
+  pf_->WhenReady(ns_, keys, false, t0 + absl::Milliseconds(50), [&] { done.Notify(); });
   ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_GE(absl::Now() - t0, absl::Milliseconds(45));
   EXPECT_EQ(mgr_->Locate(ns_, Key(0)), 1) << "the wait ended before the promotion";
@@ -223,7 +224,7 @@ TEST_F(PrefetchTest, ShutdownCancelsQueuedJobsAndReleasesEveryPin) {
   for (uint64_t i = 1; i < 6; ++i) EXPECT_EQ(mgr_->Locate(ns_, Key(i)), 1) << i;
   // After shutdown nothing is queued and a waiter is answered at once.
   EXPECT_EQ(pf_->Schedule(ns_, Keys(1, 1), HintFor()).rejected, 1u);
-  pf_->WhenReady(ns_, Keys(1, 1), true, kPage, absl::InfiniteFuture(), [&] { ++fired; });
+  pf_->WhenReady(ns_, Keys(1, 1), true, absl::InfiniteFuture(), [&] { ++fired; });
   EXPECT_EQ(fired, 1);
 }
 
@@ -239,6 +240,61 @@ TEST_F(PrefetchTest, BadConfigAndTargetAreRefusedByName) {
   p = Prefetcher::Create(c, mgr_.get());
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("hbm"), std::string::npos) << p.status();
+}
+
+}  // namespace
+}  // namespace kvtier::prefetch::testing
+
+namespace kvtier::prefetch::testing {
+namespace {
+
+// Issue 12, hole 10: leases count the stored page's real size against the
+// namespace's cap, whatever size the caller declared (Hint has none now).
+TEST_F(PrefetchTest, LeasesCountRealBytesUpToTheNamespaceCap) {
+  Open(16);
+  PutOnNvme(1, 12);
+  PrefetcherConfig c = Config();
+  c.max_leased_bytes_per_ns = 4 * kPage;
+  StartPrefetcher(c);
+  ScheduleResult r = pf_->Schedule(ns_, Keys(1, 12), HintFor(0, absl::Seconds(30)));
+  EXPECT_EQ(r.queued, 12u);
+  ASSERT_TRUE(WaitFor([&] {
+    PrefetchCounters k = pf_->counters();
+    return k.queued == 0 && k.inflight == 0;
+  }));
+  PrefetchCounters k = pf_->counters();
+  EXPECT_EQ(k.leased_pages, 4u);
+  EXPECT_EQ(k.pinned_bytes, 4 * kPage);
+  EXPECT_EQ(k.lease_refused, 8u);
+  EXPECT_EQ(HostPinned(), 4u);  // the others are promoted, not pinned
+  // Asking again does not stretch the cap.
+  pf_->Schedule(ns_, Keys(1, 12), HintFor(0, absl::Seconds(30)));
+  EXPECT_EQ(pf_->counters().leased_pages, 4u);
+  for (uint64_t i = 1; i <= 12; ++i) EXPECT_TRUE(Intact(i)) << i;
+}
+
+// Repeating PREFETCH extends a lease, but never past the longest lease from
+// when it was granted: a page cannot be kept pinned for ever.
+TEST_F(PrefetchTest, RenewalNeverExtendsPastTheLongestLease) {
+  Open(8);
+  PutOnNvme(1, 1);
+  PrefetcherConfig c = Config();
+  c.policy.max_lease = absl::Milliseconds(300);
+  StartPrefetcher(c);
+  pf_->Schedule(ns_, Keys(1, 1), HintFor(0, absl::Milliseconds(300)));
+  ASSERT_TRUE(WaitFor([&] { return pf_->counters().leased_pages == 1; }));
+  const absl::Time granted = absl::Now();
+  // Renew every 50 ms: the lease must still end ~300 ms after its grant.
+  bool ended = false;
+  while (absl::Now() - granted < absl::Milliseconds(1500)) {
+    pf_->Schedule(ns_, Keys(1, 1), HintFor(0, absl::Milliseconds(300)));
+    if (pf_->counters().lease_expired > 0) {
+      ended = true;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(ended) << "renewals kept the page leased past max_lease";
 }
 
 }  // namespace

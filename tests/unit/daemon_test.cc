@@ -86,7 +86,7 @@ TEST(ConfigTest, RefusesNonLoopbackTcp) {
   c.state_dir = "/tmp";
   c.nvme.dir = "/tmp/kvtier-nvme";
   c.tcp_endpoint = "tcp://0.0.0.0:7450";
-  EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("non-loopback"));
+  EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("not a loopback"));
   c.tcp_endpoint = "tcp://127.0.0.1:7450";
   EXPECT_TRUE(c.Validate().ok()) << c.Validate();
   c.copy_threads = 0;

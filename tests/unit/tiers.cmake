@@ -6,6 +6,7 @@ kvtier_test(
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_manager_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_eviction_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_concurrency_test.cc
+       ${PROJECT_SOURCE_DIR}/tests/unit/tiers_reserve_test.cc
   DEPS kvtier_tiers PkgConfig::XXHASH Threads::Threads
   LABELS unit
   TIMEOUT 120)

@@ -101,8 +101,50 @@ class CudaDevice final : public Device {
     void* p = nullptr;
     KVTIER_CUDA_RETURN(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess),
                        "cudaIpcOpenMemHandle");
-    return ImportedMemory{p, bytes, 0, 0};
+    // The client's declared size is a claim: check it against the
+    // allocation behind the handle, so copies never run past its end.
+    uint64_t base = 0, size = 0;
+    if (absl::Status st = AllocationRange(p, &base, &size); !st.ok()) {
+      cudaIpcCloseMemHandle(p);
+      return st;
+    }
+    const uint64_t at = reinterpret_cast<uint64_t>(p);
+    if (at < base || bytes > size - (at - base)) {
+      cudaIpcCloseMemHandle(p);
+      return absl::InvalidArgumentError(absl::StrCat("the CUDA allocation behind the handle is ",
+                                                     size - (at - base), " bytes, smaller than ",
+                                                     bytes));
+    }
+    // Identity for one-owner checks: the allocation's base in this process.
+    // The same allocation opened again maps to the same base (the driver
+    // reference-counts IPC opens), and the address is not reused while open.
+    return ImportedMemory{p, bytes, kCudaIdentity, base};
   }
+  // cuMemGetAddressRange through the runtime's driver entry point, so the
+  // daemon does not link libcuda (absent on machines without a driver).
+  static absl::Status AllocationRange(void* p, uint64_t* base, uint64_t* size) {
+    using Fn = int (*)(unsigned long long*, size_t*, unsigned long long);
+    static Fn fn = [] {
+      void* f = nullptr;
+      cudaDriverEntryPointQueryResult q;
+      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault,
+                                           &q) != cudaSuccess ||
+          q != cudaDriverEntryPointSuccess)
+        f = nullptr;
+      return reinterpret_cast<Fn>(f);
+    }();
+    if (fn == nullptr)
+      return absl::FailedPreconditionError("CUDA driver has no cuMemGetAddressRange");
+    unsigned long long b = 0;
+    size_t n = 0;
+    if (int rc = fn(&b, &n, reinterpret_cast<unsigned long long>(p)); rc != 0)
+      return absl::InvalidArgumentError(absl::StrCat("cuMemGetAddressRange failed (", rc, ")"));
+    *base = b;
+    *size = n;
+    return absl::OkStatus();
+  }
+  static constexpr uint64_t kCudaIdentity = ~0ull;  // no shm has this device number
+
   void CloseImported(const ImportedMemory& memory) override {
     cudaSetDevice(ordinal_);
     cudaIpcCloseMemHandle(memory.ptr);

@@ -40,7 +40,7 @@ struct ImportedMemory {
   void* ptr = nullptr;
   uint64_t bytes = 0;
   // Identity of the underlying object, for "one owner" checks: the emulated
-  // device's shm (device, inode); {0, 0} where the backend cannot tell.
+  // device's shm (device, inode); CUDA: (~0, the allocation's base address).
   uint64_t dev = 0, ino = 0;
 };
 

@@ -211,7 +211,9 @@ absl::StatusOr<ImportedMemory> EmulatedDevice::ImportHandle(const std::string& h
     return absl::InvalidArgumentError(absl::StrCat("emulated device memory '", handle, "' is ",
                                                    st.st_size, " bytes, smaller than ", bytes));
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // No MAP_POPULATE: a client's (possibly sparse) object must not be
+  // faulted in by the daemon at registration.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
   close(fd);
   if (p == MAP_FAILED)

@@ -133,7 +133,8 @@ absl::StatusOr<BackingFile> OpenBackingFile(const FileDeviceConfig& c) {
         "a real disk"));
   }
   const int flags = O_RDWR | O_CREAT | O_CLOEXEC | (c.direct ? O_DIRECT : 0);
-  const int fd = ::open(c.path.c_str(), flags, 0644);
+  // Page bytes and keys are tenants' data: this user only.
+  const int fd = ::open(c.path.c_str(), flags, 0600);
   if (fd < 0) {
     const int err = errno;
     if (err == EINVAL && c.direct) {
@@ -144,6 +145,10 @@ absl::StatusOr<BackingFile> OpenBackingFile(const FileDeviceConfig& c) {
     }
     return OpenError(err, c.path, existed ? "cannot open for writing" : "cannot create");
   }
+  // A data file from an older kvtier may be 0644: it is ours, make it private.
+  struct stat own;
+  if (existed && ::fstat(fd, &own) == 0 && own.st_uid == ::geteuid() && (own.st_mode & 077) != 0)
+    (void)::fchmod(fd, 0600);
   absl::StatusOr<std::string> sizing = Preallocate(fd, c);
   if (!sizing.ok()) {
     ::close(fd);

@@ -11,6 +11,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "kvtier/paths.h"
+#include "kvtier/status_macros.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "kvtier/test_hooks.h"
@@ -231,11 +233,7 @@ absl::Status NvmeTier::Recover(const AdoptFn& adopt) {
 }
 
 absl::Status CheckDir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    return absl::FailedPreconditionError(
-        absl::StrCat("NVMe tier directory ", dir, " cannot be created: ", ec.message()));
+  RETURN_IF_ERROR(EnsurePrivateDir(dir, "NVMe tier directory"));
   if (access(dir.c_str(), W_OK) != 0)
     return absl::PermissionDeniedError(absl::StrCat("NVMe tier directory ", dir, " is not writable"));
   return absl::OkStatus();

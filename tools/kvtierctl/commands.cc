@@ -85,7 +85,7 @@ int CmdTenants(const Options& o) {
     return kOk;
   }
   std::printf("%-16s %5s %9s %11s  %s\n", "TENANT", "ADMIN", "PAGES", "BYTES",
-              "PER TIER (used / quota)");
+              "PER TIER (used / quota, reserved)");
   for (const auto& t : reply->tenants()) {
     std::string tiers;
     for (const char* tier : {"hbm", "host", "nvme"}) {
@@ -95,6 +95,8 @@ int CmdTenants(const Options& o) {
       absl::StrAppendFormat(&tiers, "%s%s %s / %s", tiers.empty() ? "" : ", ", tier,
                             Bytes(used == t.tier_bytes().end() ? 0 : used->second),
                             quota == t.tier_quota_bytes().end() ? "-" : Bytes(quota->second));
+      if (auto r = t.tier_reserved_bytes().find(tier); r != t.tier_reserved_bytes().end())
+        absl::StrAppendFormat(&tiers, ", %s reserved", Bytes(r->second));
     }
     std::printf("%-16s %5s %9lu %11s  %s\n", t.name().c_str(), t.admin() ? "yes" : "no",
                 (unsigned long)t.pages(), Bytes(t.bytes()).c_str(), tiers.c_str());

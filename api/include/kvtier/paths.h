@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace kvtier {
 
 // $XDG_RUNTIME_DIR/kvtier/kvtierd.sock, or /tmp/kvtier-$UID/kvtierd.sock.
@@ -12,5 +14,15 @@ std::string DefaultSocketPath();
 std::string DefaultEndpoint();
 // $XDG_STATE_HOME/kvtier, or ~/.local/state/kvtier.
 std::string DefaultStateDir();
+
+// Makes sure `dir` is a directory only this user can write to. Missing
+// components are created with mode 0700. An existing directory is never
+// chmodded (it may be shared, e.g. /tmp): one owned by another user (root
+// aside) or writable by group or others is refused with FailedPrecondition
+// naming it, because anyone who can write there can swap our socket or
+// files. `what` names its role in errors ("state directory", ...).
+// `created`, when given, tells whether the last component was made here.
+absl::Status EnsurePrivateDir(const std::string& dir, const std::string& what,
+                              bool* created = nullptr);
 
 }  // namespace kvtier
