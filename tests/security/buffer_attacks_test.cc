@@ -63,22 +63,7 @@ uint32_t BufferId(const absl::StatusOr<WireReply>& r) {
 
 // ---------------------------------------------------------------- hole 1 --
 
-class Hole01_BufferAliasing : public SecurityTest {
- protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(SecurityTest::SetUp());
-    if (IsSkipped()) return;
-    keys_ = itest::MakeChain(itest::SmallLayout(), 101, 4);
-    auto alice = Alice();
-    ASSERT_TRUE(alice);
-    ASSERT_NO_FATAL_FAILURE(PlantAlice(*alice, keys_));
-  }
-  void TearDown() override {
-    if (daemon_ && daemon_->Alive() && !IsSkipped()) ExpectAliceIntact(keys_);
-    SecurityTest::TearDown();
-  }
-  std::vector<PageKey> keys_;
-};
+class Hole01_BufferAliasing : public WithAlicePages<101> {};
 
 TEST_F(Hole01_BufferAliasing, SecondRegistrationUnregisteredStillProtects) {
   auto x = ShmBuffer::Create(4 * kPage);

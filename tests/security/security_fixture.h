@@ -83,6 +83,26 @@ class SecurityTest : public itest::DaemonTest {
   void FlushAll();
 };
 
+// A SecurityTest with some of alice's pages planted before the attack and
+// checked intact after it (while the daemon lives). `kSeed` picks the keys.
+template <uint64_t kSeed>
+class WithAlicePages : public SecurityTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(SecurityTest::SetUp());
+    if (IsSkipped()) return;
+    keys_ = itest::MakeChain(itest::SmallLayout(), kSeed, 4);
+    auto alice = Alice();
+    ASSERT_TRUE(alice);
+    ASSERT_NO_FATAL_FAILURE(PlantAlice(*alice, keys_));
+  }
+  void TearDown() override {
+    if (daemon_ && daemon_->Alive() && !IsSkipped()) ExpectAliceIntact(keys_);
+    SecurityTest::TearDown();
+  }
+  std::vector<PageKey> keys_;
+};
+
 // Page bytes for an inline PUT from the wire: pattern bytes, or salted ones.
 std::vector<std::string> PatternPages(const std::vector<PageKey>& keys, uint64_t bytes,
                                       uint8_t salt = 0);

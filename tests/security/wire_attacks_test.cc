@@ -45,22 +45,7 @@ void ExpectErrorOrNothing(WirePeer& peer, int timeout_ms, const std::string& wha
 
 // ---------------------------------------------------------------- hole 3 --
 
-class Hole03_MemoryBeforeHello : public SecurityTest {
- protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(SecurityTest::SetUp());
-    if (IsSkipped()) return;
-    keys_ = itest::MakeChain(itest::SmallLayout(), 301, 4);
-    auto alice = Alice();
-    ASSERT_TRUE(alice);
-    ASSERT_NO_FATAL_FAILURE(PlantAlice(*alice, keys_));
-  }
-  void TearDown() override {
-    if (daemon_ && daemon_->Alive() && !IsSkipped()) ExpectAliceIntact(keys_);
-    SecurityTest::TearDown();
-  }
-  std::vector<PageKey> keys_;
-};
+class Hole03_MemoryBeforeHello : public WithAlicePages<301> {};
 
 TEST_F(Hole03_MemoryBeforeHello, FourFramesOf256MiB) {
   constexpr size_t kFrame = 256ull << 20;
@@ -242,20 +227,8 @@ TEST_F(Hole06_SessionLimits, LimitsAreEnforcedAndNamed) {
 
 // ------------------------------------------------------ malformed messages --
 
-class MalformedMessages : public SecurityTest {
+class MalformedMessages : public WithAlicePages<401> {
  protected:
-  void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(SecurityTest::SetUp());
-    if (IsSkipped()) return;
-    keys_ = itest::MakeChain(itest::SmallLayout(), 401, 4);
-    auto alice = Alice();
-    ASSERT_TRUE(alice);
-    ASSERT_NO_FATAL_FAILURE(PlantAlice(*alice, keys_));
-  }
-  void TearDown() override {
-    if (daemon_ && daemon_->Alive() && !IsSkipped()) ExpectAliceIntact(keys_);
-    SecurityTest::TearDown();
-  }
   // Sends `frames` and expects an error reply (or, when allowed, none).
   void ExpectRefused(WirePeer& peer, const std::vector<std::string>& frames,
                      const std::string& what, bool silence_ok = false) {
@@ -271,7 +244,6 @@ class MalformedMessages : public SecurityTest {
     EXPECT_NE(r.code(), wire::OK);
     EXPECT_FALSE(r.message().empty()) << "error without a message";
   }
-  std::vector<PageKey> keys_;
 };
 
 TEST_F(MalformedMessages, BeforeHello) {
