@@ -9,7 +9,7 @@
 #include <string>
 #include "absl/strings/string_view.h"
 
-#include "absl/functional/function_ref.h"
+#include "kvtier/sigbus_guard.h"
 #include "absl/status/statusor.h"
 #include "tiers/hbm/device.h"
 
@@ -54,10 +54,7 @@ class ClientBuffer {
   std::shared_ptr<tiers::hbm::Device> gpu_;  // set for device buffers
 };
 
-// Installs the process-wide SIGBUS handler used by GuardedRun (idempotent).
-void InstallSigbusGuard();
-// Runs fn; returns false if it touched a mapping that raised SIGBUS. fn must
-// not hold locks or own heap state that would leak if cut short.
-bool GuardedRun(absl::FunctionRef<void()> fn);
+// Copies into and out of client buffers run under kvtier::GuardedRun
+// (kvtier/sigbus_guard.h).
 
 }  // namespace kvtier::daemon

@@ -199,8 +199,26 @@ wire::Response ErrorResponse(uint64_t request_id, const absl::Status& status) {
   r.set_version(kProtocolVersion);
   r.set_request_id(request_id);
   r.set_code(static_cast<wire::Code>(ToErrorCode(status.code())));
-  r.set_message(std::string(status.message()));
+  // Messages quote client bytes (shm names, device handles); the proto3
+  // string field must be valid UTF-8 or the client cannot parse the reply.
+  r.set_message(PrintableText(status.message()));
   return r;
+}
+
+std::string PrintableText(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
 }
 
 }  // namespace kvtier::daemon

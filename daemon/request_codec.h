@@ -39,7 +39,11 @@ absl::StatusOr<DecodedRequest> DecodeRequest(absl::Span<const absl::string_view>
 // Name of the request type, for logs and errors ("GET", "PUT", ...).
 absl::string_view RequestName(const wire::Request& request);
 
-// An error Response with the code and message of `status`.
+// `text` with every byte outside printable ASCII written as \xNN: safe in a
+// proto3 string (valid UTF-8) and on one log line, whatever a client sent.
+std::string PrintableText(absl::string_view text);
+
+// An error Response with the code and message of `status` (PrintableText).
 wire::Response ErrorResponse(uint64_t request_id, const absl::Status& status);
 
 }  // namespace kvtier::daemon

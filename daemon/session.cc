@@ -3,7 +3,7 @@
 
 #include <openssl/rand.h>
 
-#include "absl/strings/escaping.h"
+#include "daemon/request_codec.h"
 #include "spdlog/spdlog.h"
 
 namespace kvtier::daemon {
@@ -20,7 +20,7 @@ void Decrement(Map& map, const Key& key, uint64_t by) {
 }  // namespace
 
 std::string LogSafe(absl::string_view text, size_t max_bytes) {
-  std::string out = absl::CHexEscape(text.substr(0, max_bytes));
+  std::string out = PrintableText(text.substr(0, max_bytes));
   if (text.size() > max_bytes) out += "...";
   return out;
 }

@@ -12,6 +12,7 @@
 #include "daemon/config.h"
 #include "daemon/endpoint.h"
 #include "daemon/peers.h"
+#include "daemon/request_codec.h"
 #include "daemon/session.h"
 #include "daemon/tenants.h"
 #include "gmock/gmock.h"
@@ -190,7 +191,8 @@ TEST(LogSafeTest, EscapesControlCharacters) {
   EXPECT_EQ(forged.find('\n'), std::string::npos);
   EXPECT_EQ(forged.find('\r'), std::string::npos);
   EXPECT_EQ(forged.find('\x1b'), std::string::npos);
-  EXPECT_THAT(forged, HasSubstr("x\\n2026"));
+  EXPECT_THAT(forged, HasSubstr("x\\x0a2026"));
+  EXPECT_EQ(PrintableText("\xff\xfe/name"), "\\xff\\xfe/name");  // valid UTF-8 for a reply
   EXPECT_EQ(LogSafe(std::string(1000, 'a')).size(), 128u + 3);
 }
 

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "kvtier/sigbus_guard.h"
 #include "tiers/hbm/device.h"
 
 namespace kvtier::tiers::hbm {
@@ -33,6 +34,7 @@ struct Mapping {
 class EmulatedDevice final : public Device {
  public:
   explicit EmulatedDevice(const EmulatedDeviceConfig& config) : config_(config) {
+    InstallSigbusGuard();  // copies over client memory run under GuardedRun
     const int n = std::max(1, config.streams);
     streams_.reserve(n);
     for (int i = 0; i < n; ++i) streams_.push_back(std::make_unique<Stream>());
@@ -155,12 +157,20 @@ class EmulatedDevice final : public Device {
         b = std::move(s.queue.front());
         s.queue.pop_front();
       }
+      absl::Status status;
       for (const CopyRange& r : b.ranges) {
         if (config_.copy_delay_us > 0)
           std::this_thread::sleep_for(std::chrono::microseconds(config_.copy_delay_us));
-        std::memmove(r.dst, r.src, r.bytes);
+        // Either side may be a client's shm mapping (its buffer, or memory
+        // it exported) that it shrank meanwhile: a fault fails the batch.
+        if (!GuardedRun([&] { std::memmove(r.dst, r.src, r.bytes); })) {
+          status = absl::FailedPreconditionError(
+              "emulated device copy touched memory its owner truncated (a client shrank its "
+              "buffer)");
+          break;
+        }
       }
-      if (b.done) b.done(absl::OkStatus());
+      if (b.done) b.done(status);
     }
   }
 
