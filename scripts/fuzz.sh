@@ -9,7 +9,7 @@
 # Env: FUZZ_JOBS (parallel workers per target, default 1), FUZZ_ARGS (extra
 # libFuzzer flags, e.g. "-seed=1"), FUZZ_BUILD_DIR (default build-fuzz),
 # FUZZ_BUILD_JOBS (ninja -j, default nproc). conversation_fuzz's own knobs
-# (KVTIER_FUZZ_TRACE, KVTIER_FUZZ_KNOWN_BUGS, ...): tests/fuzz/conversation_fuzz.cc.
+# (KVTIER_FUZZ_TRACE, ...): tests/fuzz/conversation_fuzz.cc.
 # Each target starts from a copy of its committed seeds (tests/fuzz/corpus,
 # tests/fuzz/conversation_corpus); FUZZ_CORPUS_DIR=DIR keeps the corpus in
 # DIR/TARGET across runs instead. Fails on any crash, leak, timeout or

@@ -11,7 +11,6 @@
 // tier), KVTIER_FUZZ_SAVE_INPUT=FILE (each input written there first: keeps
 // one that kills the process outright), KVTIER_FUZZ_ALIVE_MS (1000),
 // KVTIER_FUZZ_REPLY_MS (200: how long an op waits for its reply),
-// KVTIER_FUZZ_KNOWN_BUGS (conversation_peers.cc: step around reported bugs).
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>

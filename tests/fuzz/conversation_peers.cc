@@ -9,7 +9,6 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/unknown_field_set.h"
 #include "tests/fuzz/conversation_harness.h"
 
 namespace kvtier::fuzz {
@@ -22,34 +21,6 @@ const int kReplyTimeoutMs = [] {
 }();
 // KVTIER_FUZZ_TRACE=1: one line per op and per reply on stderr.
 const bool kTrace = std::getenv("KVTIER_FUZZ_TRACE") != nullptr;
-
-// KVTIER_FUZZ_KNOWN_BUGS (comma-separated) steps around daemon bugs already
-// reported, so fuzzing can go on past them:
-//  utf8    an error reply whose message is not UTF-8 (it echoes bytes of the
-//          request; protobuf refuses to parse it) counts as an error reply;
-//  sigbus  shm objects are never truncated (a copy through the emulated
-//          device reads a truncated buffer unguarded and dies of SIGBUS).
-bool KnownBug(const char* name) {
-  static const std::string bugs = [] {
-    const char* v = std::getenv("KVTIER_FUZZ_KNOWN_BUGS");
-    return absl::StrCat(",", v ? v : "", ",");
-  }();
-  return bugs.find(absl::StrCat(",", name, ",")) != std::string::npos;
-}
-
-bool ParseKnownBad(const zmq::message_t& header, wire::Response* r) {
-  google::protobuf::UnknownFieldSet fields;
-  if (!KnownBug("utf8") || !fields.ParseFromArray(header.data(), int(header.size()))) return false;
-  bool bad_message = false;
-  for (int i = 0; i < fields.field_count(); ++i) {
-    const google::protobuf::UnknownField& f = fields.field(i);
-    if (f.number() == 2 && f.type() == f.TYPE_VARINT) r->set_request_id(f.varint());
-    if (f.number() == 3 && f.type() == f.TYPE_VARINT) r->set_code(wire::Code(f.varint()));
-    if (f.number() == 4 && f.type() == f.TYPE_LENGTH_DELIMITED) bad_message = true;
-  }
-  r->set_message("(not UTF-8)");
-  return bad_message && r->code() != wire::OK;
-}
 
 }  // namespace
 
@@ -136,10 +107,9 @@ int Conversation::CurrentSession(int peer) const {
 void Conversation::Play(const Op& op) {
   if (op.kind == kTruncate) {
     const uint64_t sizes[] = {0, kObjectBytes / 2, kObjectBytes, op.size};
-    if (kTrace) std::fprintf(stderr, "object %d truncated to %llu bytes%s\n", op.peer,
-                             (unsigned long long)sizes[op.size_mode],
-                             KnownBug("sigbus") ? " (skipped: KVTIER_FUZZ_KNOWN_BUGS)" : "");
-    if (!KnownBug("sigbus")) daemon_.Truncate(op.peer, sizes[op.size_mode]);
+    if (kTrace) std::fprintf(stderr, "object %d truncated to %llu bytes\n", op.peer,
+                             (unsigned long long)sizes[op.size_mode]);
+    daemon_.Truncate(op.peer, sizes[op.size_mode]);
     return;
   }
   Sent s;
@@ -225,7 +195,7 @@ void Conversation::Drain(int timeout_ms) {
 
 void Conversation::OnReply(int peer, std::vector<zmq::message_t>& frames) {
   wire::Response r;
-  if (!r.ParseFromArray(frames[0].data(), frames[0].size()) && !ParseKnownBad(frames[0], &r))
+  if (!r.ParseFromArray(frames[0].data(), frames[0].size()))
     Violation(absl::StrCat("a reply whose header does not parse (", frames.size(),
                            " frames, the first ", frames[0].size(), " bytes: ",
                            absl::CEscape(frames[0].to_string().substr(0, 64)), ")"),
