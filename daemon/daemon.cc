@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/endpoint.h"
@@ -33,14 +34,12 @@ constexpr size_t kMaxFramesPerMessage = 1 + kMaxKeysPerRequest;
 // How often the frontend looks for peers whose connection closed.
 constexpr absl::Duration kPeerSweep = absl::Milliseconds(200);
 
-// The socket file (created by bind) for a group of uids: 0660 and that group.
-absl::Status ShareSocketWithGroup(const std::string& path, const std::string& group) {
-  const struct group* g = getgrnam(group.c_str());
-  if (g == nullptr)
-    return absl::InvalidArgumentError(absl::StrCat("--socket_group: no group '", group, "'"));
-  if (chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0 || chmod(path.c_str(), 0660) != 0)
-    return absl::FailedPreconditionError(absl::StrCat("--socket_group: cannot give ", path,
-                                                      " to group '", group, "': ", strerror(errno)));
+// Gives `path` to group `gid` with `mode` (--socket_group: the socket 0660,
+// a socket directory the daemon created 0710).
+absl::Status GiveToGroup(const std::string& path, gid_t gid, mode_t mode) {
+  if (chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0 || chmod(path.c_str(), mode) != 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("--socket_group: cannot give ", path, " to the group: ", strerror(errno)));
   return absl::OkStatus();
 }
 
@@ -148,18 +147,24 @@ absl::Status Daemon::BindEndpoints() {
   // a larger frame as soon as it reads the frame's length.
   router_->set(zmq::sockopt::maxmsgsize,
                static_cast<int64_t>(std::max<uint64_t>(store_->MaxPageBytes(), kMaxHeaderBytes)));
+  max_message_bytes_ = kMaxHeaderBytes + kMaxKeysPerRequest * store_->MaxPageBytes();
   router_->set(zmq::sockopt::sndhwm, 100000);
   router_->set(zmq::sockopt::rcvhwm, 100000);
+  std::optional<gid_t> group;
+  if (!config_.ipc_socket.empty() && !config_.socket_group.empty()) {
+    const struct group* g = getgrnam(config_.socket_group.c_str());
+    if (g == nullptr)
+      return absl::InvalidArgumentError(
+          absl::StrCat("--socket_group: no group '", config_.socket_group, "'"));
+    group = g->gr_gid;
+  }
   if (!config_.ipc_socket.empty()) {
     std::string dir = std::filesystem::path(config_.ipc_socket).parent_path();
     if (dir.empty()) dir = ".";
     bool created = false;
     RETURN_IF_ERROR(EnsurePrivateDir(dir, "socket directory", &created));
     // Members of the socket group must reach the socket: search, not list.
-    if (created && !config_.socket_group.empty()) {
-      if (const struct group* g = getgrnam(config_.socket_group.c_str()))
-        if (chown(dir.c_str(), static_cast<uid_t>(-1), g->gr_gid) == 0) chmod(dir.c_str(), 0710);
-    }
+    if (created && group) RETURN_IF_ERROR(GiveToGroup(dir, *group, 0710));
     // A stale socket file from a crashed daemon would make bind fail.
     std::filesystem::remove(config_.ipc_socket);
   }
@@ -181,8 +186,7 @@ absl::Status Daemon::BindEndpoints() {
     endpoints_.push_back(router_->get(zmq::sockopt::last_endpoint));
     spdlog::info("listening on {}", endpoints_.back());
   }
-  if (!config_.ipc_socket.empty() && !config_.socket_group.empty())
-    RETURN_IF_ERROR(ShareSocketWithGroup(config_.ipc_socket, config_.socket_group));
+  if (group) RETURN_IF_ERROR(GiveToGroup(config_.ipc_socket, *group, 0660));
   completion_endpoint_ = absl::StrCat("inproc://kvtier-completions-", g_daemon_seq++);
   completions_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pull);
   completions_->set(zmq::sockopt::rcvhwm, 0);
@@ -273,8 +277,7 @@ void Daemon::OnRouterMessage() {
   if (!id.more()) return;  // no header: nothing to answer
   const bool known = sessions_.HasPeer(routing_id);
   const size_t max_frames = known ? kMaxFramesPerMessage : 1;
-  const uint64_t max_bytes =
-      known ? kMaxHeaderBytes + kMaxKeysPerRequest * store_->MaxPageBytes() : kMaxHelloBytes;
+  const uint64_t max_bytes = known ? max_message_bytes_ : kMaxHelloBytes;
   Frames frames;
   size_t count = 0;
   uint64_t total = 0;

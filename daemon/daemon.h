@@ -143,6 +143,8 @@ class Daemon {
   SessionTable sessions_;
   absl::flat_hash_map<std::string, tiers::NamespaceId> tenant_ns_;
   PeerTable peers_;
+  // Largest message a peer with a session may send (set at bind).
+  uint64_t max_message_bytes_ = 0;
   // Which namespace holds each mapped object (shm by device and inode, device
   // memory by the identity its backend gives): an object registered by one
   // namespace is refused to every other while any registration of it — in
@@ -150,6 +152,11 @@ class Daemon {
   struct BufferOwner {
     tiers::NamespaceId ns;
     std::vector<std::weak_ptr<ClientBuffer>> buffers;
+    // Forgets registrations that have ended; true when none is left.
+    bool DropEnded() {
+      std::erase_if(buffers, [](const std::weak_ptr<ClientBuffer>& b) { return b.expired(); });
+      return buffers.empty();
+    }
   };
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, BufferOwner> buffer_owners_;
   // The frontend thread owns these counters.

@@ -102,8 +102,7 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRe
     return absl::InternalError(absl::StrCat(
         "REGISTER_BUFFER: '", LogSafe(buffer->name()), "' has no identity to check ownership by"));
   BufferOwner& owner = buffer_owners_[object];
-  std::erase_if(owner.buffers, [](const std::weak_ptr<ClientBuffer>& b) { return b.expired(); });
-  if (!owner.buffers.empty() && owner.ns != s.ns)
+  if (!owner.DropEnded() && owner.ns != s.ns)
     return absl::PermissionDeniedError(absl::StrCat(
         "REGISTER_BUFFER: '", buffer->name(), "' is registered by another tenant"));
   owner.ns = s.ns;
@@ -116,9 +115,7 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRe
 
 void Daemon::PruneBufferOwners() {
   for (auto it = buffer_owners_.begin(); it != buffer_owners_.end();) {
-    std::erase_if(it->second.buffers,
-                  [](const std::weak_ptr<ClientBuffer>& b) { return b.expired(); });
-    if (it->second.buffers.empty()) buffer_owners_.erase(it++);
+    if (it->second.DropEnded()) buffer_owners_.erase(it++);
     else ++it;
   }
 }
