@@ -1,7 +1,9 @@
 // kvtier::Client: request/reply over one ZeroMQ DEALER socket.
 #include "kvtier/client.h"
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -171,13 +173,23 @@ absl::Status Client::UnregisterBuffer(BufferId id) {
 }
 
 absl::StatusOr<LookupResult> Client::Lookup(absl::Span<const PageKey> keys) {
+  return Lookup(keys, LookupOptions{});
+}
+
+absl::StatusOr<LookupResult> Client::Lookup(absl::Span<const PageKey> keys,
+                                            const LookupOptions& options) {
   wire::Request req;
   req.mutable_lookup()->set_keys(PackKeys(keys));
+  if (options.lease.count() > 0) {
+    req.mutable_lookup()->set_lease_ms(static_cast<uint32_t>(
+        std::min<int64_t>(options.lease.count(), std::numeric_limits<uint32_t>::max())));
+  }
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
   LookupResult out;
   out.hits = r.response.lookup().hits();
   out.tiers = ToTiers(r.response.lookup().tiers());
   out.prefetching = r.response.lookup().prefetching();
+  out.leased = r.response.lookup().leased();
   return out;
 }
 

@@ -143,11 +143,26 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleLookup(Session& s, const DecodedRequ
   tiers::LookupResult result = store_->Lookup(s.ns, d.keys);
   Reply reply;
   auto* lr = reply.response.mutable_lookup();
+  // Lookahead first: a leased page is "merged" for the prefetcher, so it
+  // would not be queued for promotion after its lease (holds do not stop a
+  // promotion).
+  lr->set_prefetching(StartLookahead(s, d, result));  // NVMe hits start coming up now
+  if (const uint32_t lease_ms = d.request.lookup().lease_ms(); lease_ms > 0 && result.hits > 0) {
+    if (!prefetcher_)
+      return absl::FailedPreconditionError(
+          "LOOKUP: lease_ms needs the prefetcher, and this daemon runs with it off");
+    const uint32_t leased = prefetcher_->LeaseHits(
+        s.ns, absl::MakeConstSpan(d.keys).first(result.hits), absl::Milliseconds(lease_ms));
+    // Only what is held may be counted on: the chain ends at the first page
+    // that could not be leased.
+    result.hits = leased;
+    result.tiers.resize(leased);
+    lr->set_leased(leased);
+  }
   lr->set_hits(result.hits);
   std::string tiers(result.tiers.size(), '\0');
   for (size_t i = 0; i < result.tiers.size(); ++i) tiers[i] = static_cast<char>(result.tiers[i]);
   lr->set_tiers(std::move(tiers));
-  lr->set_prefetching(StartLookahead(s, d, result));  // NVMe hits start coming up now
   return reply;
 }
 

@@ -60,6 +60,63 @@ void Prefetcher::Finish(const Job& job, tiers::PromoteResult result,
   work_cv_.SignalAll();  // budget freed
 }
 
+uint32_t Prefetcher::LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
+                               absl::Duration lease) {
+  const absl::Duration max_lease = policy_->Lease(JobClass::kHint, absl::InfiniteDuration());
+  lease = std::min(lease, max_lease);
+  std::vector<tiers::PagePin> release;  // declared first: dropped after the unlocks
+  uint32_t leased_keys = 0;
+  for (const PageKey& key : keys) {
+    const JobId id{ns, key};
+    if (ExtendLease(id, lease, max_lease)) {
+      ++leased_keys;
+      continue;
+    }
+    // The store's shard lock is never taken under mu_.
+    std::optional<tiers::PagePin> hold = store_->HoldForLease(ns, key);
+    if (!hold) break;
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      release.push_back(std::move(*hold));
+      break;
+    }
+    const absl::Time now = absl::Now();
+    if (auto l = leases_.find(id); l != leases_.end()) {  // leased meanwhile
+      l->second.expiry =
+          std::max(l->second.expiry, std::min(now + lease, l->second.granted + max_lease));
+      release.push_back(std::move(*hold));
+      ++leased_keys;
+      continue;
+    }
+    const uint64_t bytes = hold->bytes();
+    uint64_t& leased = leased_by_ns_[ns];
+    if (leased + bytes > max_leased_per_ns_ || pinned_bytes_ + bytes > max_pinned_bytes_) {
+      ++c_.lookup_lease_refused;
+      if (leased == 0) leased_by_ns_.erase(ns);
+      release.push_back(std::move(*hold));
+      break;
+    }
+    // counted: a lookup lease is not a prefetch, so its read is not "in time".
+    Lease l{std::move(*hold), now + lease, now, bytes, /*counted=*/true};
+    pinned_bytes_ += bytes;
+    leased += bytes;
+    ++c_.lookup_leased;
+    if (l.expiry < next_wake_) timer_cv_.Signal();
+    leases_.emplace(id, std::move(l));
+    ++leased_keys;
+  }
+  return leased_keys;
+}
+
+bool Prefetcher::ExtendLease(const JobId& id, absl::Duration lease, absl::Duration max_lease) {
+  absl::MutexLock lock(&mu_);
+  auto l = leases_.find(id);
+  if (l == leases_.end()) return false;
+  l->second.expiry =
+      std::max(l->second.expiry, std::min(absl::Now() + lease, l->second.granted + max_lease));
+  return true;
+}
+
 void Prefetcher::UnleaseLocked(const JobId& id, const Lease& lease) {
   pinned_bytes_ -= lease.bytes;
   auto it = leased_by_ns_.find(id.ns);

@@ -59,6 +59,8 @@ struct PrefetchCounters {
   uint64_t cancelled = 0;          // still queued at shutdown
   uint64_t lease_expired = 0;      // leases that ended without a GET
   uint64_t lease_refused = 0;      // promoted, but the namespace's lease cap was reached
+  uint64_t lookup_leased = 0;      // pages a LOOKUP with a lease began holding
+  uint64_t lookup_lease_refused = 0;  // LOOKUP hits left unleased: over the lease cap
   uint64_t demand_waited = 0;      // GET pages that waited on a queued/running prefetch
   uint64_t demand_jobs = 0;        // promotions a GET asked for directly (timeout policy)
   uint64_t promoted_pages = 0;     // pages this prefetcher moved up
@@ -115,6 +117,16 @@ class Prefetcher {
   void WhenReady(tiers::NamespaceId ns, absl::Span<const PageKey> keys, bool schedule_below_target,
                  absl::Time deadline, std::function<void()> done)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // LOOKUP with a lease: holds the leading `keys` (the lookup's hits, in
+  // chain order) in the store for `lease` (at most the policy's longest),
+  // or until a GET reads them, extending leases a page already has. Stops
+  // at the first key it cannot hold (gone since the lookup, or over the
+  // namespace's lease cap or the pinned-bytes budget) and returns how many
+  // leading keys are now leased: only those may be counted on. Held pages
+  // may still be promoted (TierManager::HoldForLease).
+  uint32_t LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> keys, absl::Duration lease)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // A GET pinned (ns, key): its lease, if any, is no longer needed.
   void OnDemandRead(tiers::NamespaceId ns, const PageKey& key) ABSL_LOCKS_EXCLUDED(mu_) {
     OnDemandRead(ns, absl::MakeConstSpan(&key, 1));
@@ -228,6 +240,10 @@ class Prefetcher {
   absl::flat_hash_map<tiers::NamespaceId, uint64_t> leased_by_ns_ ABSL_GUARDED_BY(mu_);
   // Ends a lease's accounting (the caller drops or keeps the pin).
   void UnleaseLocked(const JobId& id, const Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pushes an existing lease's expiry to now + lease (never past its grant +
+  // max_lease); false when (ns, key) has no lease.
+  bool ExtendLease(const JobId& id, absl::Duration lease, absl::Duration max_lease)
+      ABSL_LOCKS_EXCLUDED(mu_);
   uint32_t demand_io_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   PrefetchCounters c_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,8 @@ PKGS=(
   libspdlog-dev nlohmann-json3-dev
   libopenblas-dev
   python3 python3-zmq python3-protobuf
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  dpkg-dev file
   clang libclang-rt-14-dev
   fio redis-server libhiredis-dev
   gnuplot-nox

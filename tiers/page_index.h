@@ -38,6 +38,10 @@ struct PageEntry {
   uint32_t resident_children = 0;  // children in the index that counted us
   uint8_t tier = 0;                // index into the manager's tiers
   uint8_t flags = 0;
+  // Pins that are holds (TierManager::HoldForLease): counted in `pins`, so
+  // the page is never evicted, but they read nothing, so a promotion may
+  // still move the page while they last.
+  uint16_t holds = 0;
 
   static constexpr uint8_t kDetached = 1;         // out of the index; free on last unpin
   static constexpr uint8_t kCountedInParent = 2;  // bumped parent's resident_children

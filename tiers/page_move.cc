@@ -202,7 +202,10 @@ bool TierManager::Impl::FinishMove(PageMove& m) {
   if (m.kind == MoveKind::kClean) {
     ok = ok && !e->clean() && e->tier == m.from;
   } else {
-    ok = ok && e->pins == 1 && e->tier == m.from;
+    // The mover's pin is the only reader; a promotion may also pass holds
+    // (leases), which keep the page but read no slot.
+    const uint32_t others = m.kind == MoveKind::kPromote ? e->holds : 0;
+    ok = ok && e->pins - others == 1 && e->tier == m.from;
   }
   m.detached = e->detached();
   if (ok) {

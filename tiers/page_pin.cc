@@ -21,11 +21,12 @@ bool TierManager::Impl::UnpinLocked(PageEntry* e) {
   return e->detached();
 }
 
-void TierManager::Impl::Unpin(PageEntry* e) {
+void TierManager::Impl::Unpin(PageEntry* e, bool hold) {
   IndexShard& shard = index.ShardFor(e->ns, e->key);
   bool free_now;
   {
     absl::MutexLock lock(&shard.mu);
+    if (hold) --e->holds;
     free_now = UnpinLocked(e);
   }
   if (free_now) FreeEntry(e);
@@ -70,9 +71,11 @@ void TierManager::Impl::TouchKey(NamespaceId ns, const PageKey& key) {
   if (PageEntry* e = shard.FindLocked(ns, key)) shard.TouchLocked(e, NextStamp());
 }
 
-PagePin::PagePin(PagePin&& other) noexcept : mgr_(other.mgr_), entry_(other.entry_) {
+PagePin::PagePin(PagePin&& other) noexcept
+    : mgr_(other.mgr_), entry_(other.entry_), hold_(other.hold_) {
   other.mgr_ = nullptr;
   other.entry_ = nullptr;
+  other.hold_ = false;
 }
 
 PagePin& PagePin::operator=(PagePin&& other) noexcept {
@@ -80,8 +83,10 @@ PagePin& PagePin::operator=(PagePin&& other) noexcept {
     Reset();
     mgr_ = other.mgr_;
     entry_ = other.entry_;
+    hold_ = other.hold_;
     other.mgr_ = nullptr;
     other.entry_ = nullptr;
+    other.hold_ = false;
   }
   return *this;
 }
@@ -89,9 +94,10 @@ PagePin& PagePin::operator=(PagePin&& other) noexcept {
 PagePin::~PagePin() { Reset(); }
 
 void PagePin::Reset() {
-  if (entry_ != nullptr) mgr_->impl_->Unpin(entry_);
+  if (entry_ != nullptr) mgr_->impl_->Unpin(entry_, hold_);
   mgr_ = nullptr;
   entry_ = nullptr;
+  hold_ = false;
 }
 
 // The fields read below do not change while the entry is pinned: demotion

@@ -57,6 +57,17 @@ std::optional<PagePin> TierManager::PinForPromotion(NamespaceId ns, const PageKe
   return PagePin(this, e);
 }
 
+std::optional<PagePin> TierManager::HoldForLease(NamespaceId ns, const PageKey& key) {
+  if (impl_->Ns(ns) == nullptr) return std::nullopt;
+  IndexShard& shard = impl_->index.ShardFor(ns, key);
+  absl::MutexLock lock(&shard.mu);
+  PageEntry* e = shard.FindLocked(ns, key);
+  if (e == nullptr || e->holds == UINT16_MAX) return std::nullopt;
+  impl_->PinLocked(e);
+  ++e->holds;
+  return PagePin(this, e, /*hold=*/true);
+}
+
 PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to, EvictMode mode) {
   Impl& m = *impl_;
   PageEntry* e = pin.entry_;
@@ -67,7 +78,8 @@ PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to, EvictMode mode) {
     absl::MutexLock lock(&shard.mu);
     if (e->detached()) return PromoteOutcome::kMissing;
     if (e->tier <= to) return PromoteOutcome::kAlreadyThere;
-    if (e->pins != 1) return PromoteOutcome::kBusy;
+    // Only the caller may be reading it; holds read nothing.
+    if (e->pins - e->holds != 1) return PromoteOutcome::kBusy;
   }
   // A GET's promotion makes room only by dropping clean pages: it never
   // waits on a write-back. The prefetcher's threads may write one back.

@@ -117,12 +117,18 @@ class PagePin {
   // e.g. the HBM tier's device pointer). Stable while pinned.
   Slot slot() const;
   void Reset();
+  // A hold (TierManager::HoldForLease) keeps the page in the store but is
+  // not a reader: the page may be promoted while it lasts, so data() and
+  // slot() are not stable and must not be used through it.
+  bool is_hold() const { return hold_; }
 
  private:
   friend class TierManager;
-  PagePin(TierManager* mgr, PageEntry* entry) : mgr_(mgr), entry_(entry) {}
+  PagePin(TierManager* mgr, PageEntry* entry, bool hold = false)
+      : mgr_(mgr), entry_(entry), hold_(hold) {}
   TierManager* mgr_ = nullptr;
   PageEntry* entry_ = nullptr;
+  bool hold_ = false;
 };
 
 // A slot reserved for a PUT, holding the key's in-flight claim: while it
@@ -399,6 +405,10 @@ class TierManager {
   // Pins a page to promote it: like PinForRead, but counts no GET hit or
   // miss and does not mark the page reused (a prefetch is not a read).
   std::optional<PagePin> PinForPromotion(NamespaceId ns, const PageKey& key);
+  // Holds a page in the store for a lease (LOOKUP with a lease): it is not
+  // evicted from any tier while held, yet promotions may still move it up
+  // (a hold reads nothing). Counts no hit or miss. nullopt on a miss.
+  std::optional<PagePin> HoldForLease(NamespaceId ns, const PageKey& key);
   // Moves a pinned page up to tier `to` (regardless of promote_on_get):
   // reads it into a new slot there, checks its checksum when it comes from a
   // persistent tier, then switches the entry over. The pin must be the

@@ -83,7 +83,7 @@ struct TierManager::Impl {
   // the entry (it was detached and this was the last pin).
   void PinLocked(PageEntry* e);
   bool UnpinLocked(PageEntry* e);
-  void Unpin(PageEntry* e);
+  void Unpin(PageEntry* e, bool hold = false);  // hold: the pin was a HoldForLease
   // Frees a detached, unpinned entry: slot, quota bytes and memory.
   void FreeEntry(PageEntry* e);
   // Takes an entry out of the index and the page counts.

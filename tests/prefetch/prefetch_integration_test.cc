@@ -208,6 +208,70 @@ TEST_F(PrefetchDaemonTest, LayerwiseGetDeliversLayersInOrderByteExact) {
   EXPECT_TRUE(absl::IsOutOfRange(outside.status())) << outside.status();
 }
 
+// LOOKUP with lease_ms: the hits it counts are held until the GET (here an
+// EVICT of the host tier would otherwise move them to NVMe), NVMe hits are
+// still promoted by the lookahead while held, and once read the pages are
+// ordinary again.
+TEST_F(PrefetchDaemonTest, LookupWithALeaseKeepsItsHitsUntilTheGet) {
+  const auto& ram_chain = chains_.back();
+  const auto& nvme_chain = chains_.front();
+  const LookupOptions lease{.lease = std::chrono::seconds(20)};
+  auto deep = c_->Lookup(nvme_chain, lease);
+  ASSERT_TRUE(deep.ok()) << deep.status();
+  ASSERT_EQ(deep->hits, kLen);
+  EXPECT_EQ(deep->leased, kLen);
+  EXPECT_EQ(deep->prefetching, kLen);  // held pages are still promoted
+  ASSERT_TRUE(WaitStats([](const auto& p) { return p.promoted_pages() >= kLen; }));
+  auto up = c_->Get(nvme_chain, id_, Offsets(kLen));
+  ASSERT_TRUE(up.ok()) << up.status();
+  ExpectIntact(nvme_chain, *up, TierKind::kHost);
+
+  // A GET brings the chain to RAM (promote on GET) wherever PUT left it.
+  ASSERT_TRUE(c_->Get(ram_chain, id_, Offsets(kLen)).ok());
+  auto look = c_->Lookup(ram_chain, lease);
+  ASSERT_TRUE(look.ok()) << look.status();
+  ASSERT_EQ(look->hits, kLen);
+  EXPECT_EQ(look->leased, kLen);
+  for (TierKind t : look->tiers) EXPECT_EQ(t, TierKind::kHost);
+  auto evicted = c_->Evict("", TierKind::kHost, 0);
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  std::memset(buf_->data(), 0, buf_->size());
+  auto got = c_->Get(ram_chain, id_, Offsets(kLen));
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectIntact(ram_chain, *got, TierKind::kHost);
+  wire::PrefetchStats p = Prefetch();
+  EXPECT_EQ(p.lookup_leased(), 2 * kLen);
+  EXPECT_EQ(p.lookup_lease_refused(), 0u);
+  EXPECT_EQ(p.leased_pages(), 0u);
+  // Read: the leases are gone, and the same eviction now moves them down.
+  ASSERT_TRUE(c_->Evict("", TierKind::kHost, 0).ok());
+  auto plain = c_->Lookup(ram_chain);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_EQ(plain->hits, kLen);
+  EXPECT_EQ(plain->leased, 0u);
+  EXPECT_EQ(plain->tiers[0], TierKind::kNvme);
+}
+
+// The lease cap bounds what one tenant's LOOKUPs may hold; hits beyond it
+// are not counted (the chain is cut where the lease ran out).
+TEST_F(PrefetchDaemonTest, LookupLeasesStopAtTheTenantsCap) {
+  // --prefetch_max_leased_per_tenant defaults to half of a quarter of host
+  // (512 KiB = 8 pages of 64 KiB): a second chain gets nothing held.
+  const LookupOptions lease{.lease = std::chrono::seconds(20)};
+  auto first = c_->Lookup(chains_.back(), lease);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->hits, kLen);
+  auto second = c_->Lookup(chains_[chains_.size() - 2], lease);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->hits, 0u);
+  EXPECT_EQ(second->leased, 0u);
+  EXPECT_EQ(Prefetch().lookup_lease_refused(), 1u);
+  // Without a lease the same chain is all there.
+  auto plain = c_->Lookup(chains_[chains_.size() - 2]);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->hits, kLen);
+}
+
 TEST_F(PrefetchDaemonTest, CountersShowUpInKvtierctl) {
   auto look = c_->Lookup(chains_.front());
   ASSERT_TRUE(look.ok());

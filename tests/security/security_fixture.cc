@@ -98,6 +98,12 @@ void SecurityTest::ExpectUnseenBy(WirePeer& mallory, const std::vector<PageKey>&
   auto look = mallory.Call(LookupReq(keys));
   EXPECT_WIRE_CODE(look, OK);
   EXPECT_EQ(look->response.lookup().hits(), 0u) << "mallory sees alice's pages";
+  wire::Request leased = LookupReq(keys);
+  leased.mutable_lookup()->set_lease_ms(30000);
+  auto held = mallory.Call(leased);
+  EXPECT_WIRE_CODE(held, OK);
+  EXPECT_EQ(held->response.lookup().hits(), 0u) << "mallory leased alice's pages";
+  EXPECT_EQ(held->response.lookup().leased(), 0u);
   auto get = mallory.Call(GetInlineReq(keys));
   EXPECT_WIRE_CODE(get, OK);
   EXPECT_EQ(get->response.get().tiers(), std::string(keys.size(), '\0'));

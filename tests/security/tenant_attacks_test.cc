@@ -321,6 +321,61 @@ TEST_F(HostileTenant, EveryRequestTypeAgainstAlicesKeys) {
   ExpectAliceIntact(AllKeys());
 }
 
+// LOOKUP with a lease names keys; in mallory's namespace alice's keys are
+// absent, so nothing of alice's is held: alice's own eviction still moves
+// her pages.
+TEST_F(HostileTenant, LeasedLookupsOfAlicesKeysHoldNothing) {
+  auto m = Mallory();
+  wire::Request look = LookupReq(AllKeys());
+  look.mutable_lookup()->set_lease_ms(30000);
+  auto r = m->Call(look);
+  EXPECT_WIRE_CODE(r, OK);
+  EXPECT_EQ(r->response.lookup().hits(), 0u);
+  EXPECT_EQ(AdminStats().prefetch().lookup_leased(), 0u);
+  auto alice = Alice();
+  ASSERT_TRUE(alice);
+  ASSERT_TRUE(alice->Evict("", TierKind::kHost, 0).ok());
+  auto after = alice->Lookup(in_ram_);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->hits, in_ram_.size());
+  for (TierKind t : after->tiers) EXPECT_EQ(t, TierKind::kNvme) << "a page of alice's stayed held";
+  ExpectAliceIntact(AllKeys());
+}
+
+// Leases are capped per tenant: mallory holding all she may hold leaves
+// alice's leased LOOKUPs whole.
+class HostileLeases : public HostileTenant {
+ protected:
+  // 8 MiB of host: prefetch may pin 2 MiB, one tenant 1 MiB (16 pages).
+  std::vector<std::string> Flags() const override {
+    return {"--prefetch_lookahead=false", "--host_bytes=8MiB"};
+  }
+};
+
+TEST_F(HostileLeases, OneTenantsLeasesDoNotStarveAnother) {
+  auto m = Mallory();
+  auto hoard = itest::MakeChain(itest::SmallLayout(), 1303, 48);
+  ASSERT_EQ(WirePutChain(*m, hoard, kPage, 16), hoard.size());
+  wire::Request look = LookupReq(hoard);
+  look.mutable_lookup()->set_lease_ms(30000);
+  for (int round = 0; round < 3; ++round) {
+    auto r = m->Call(look);
+    EXPECT_WIRE_CODE(r, OK);
+    EXPECT_LE(r->response.lookup().hits(), 16u) << "mallory held more than her lease cap";
+    EXPECT_EQ(r->response.lookup().leased(), r->response.lookup().hits());
+  }
+  auto alice = Alice();
+  ASSERT_TRUE(alice);
+  auto mine = alice->Lookup(in_ram_, LookupOptions{.lease = std::chrono::seconds(30)});
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->hits, in_ram_.size());
+  EXPECT_EQ(mine->leased, in_ram_.size());
+  auto deep = alice->Lookup(on_nvme_, LookupOptions{.lease = std::chrono::seconds(30)});
+  ASSERT_TRUE(deep.ok()) << deep.status();
+  EXPECT_EQ(deep->hits, on_nvme_.size());
+  ExpectAliceIntact(AllKeys());
+}
+
 double MedianUs(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];

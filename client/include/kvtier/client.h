@@ -46,6 +46,15 @@ struct LookupResult {
   uint32_t hits = 0;             // leading keys present
   std::vector<TierKind> tiers;   // tier of each hit
   uint32_t prefetching = 0;      // NVMe hits the daemon started promoting (lookahead)
+  uint32_t leased = 0;           // with LookupOptions::lease: hits pinned for this session
+};
+
+struct LookupOptions {
+  // > 0: the daemon pins the leading hits for this long (or until a GET
+  // reads them), so a page counted now cannot be evicted before it is
+  // loaded; `hits` then counts only pages it could pin (a namespace's pinned
+  // bytes are capped). 0: a plain LOOKUP, whose hits may be gone by the GET.
+  std::chrono::milliseconds lease{0};
 };
 
 struct PutResult {
@@ -116,6 +125,9 @@ class Client {
 
   // How many leading keys of the chain are cached, and where.
   absl::StatusOr<LookupResult> Lookup(absl::Span<const PageKey> keys);
+  // The same, taking a lease on the hits (see LookupOptions).
+  absl::StatusOr<LookupResult> Lookup(absl::Span<const PageKey> keys,
+                                      const LookupOptions& options);
 
   // Copies present pages into the buffer at offsets[i] (one per key). Returns
   // each key's tier, kNone for a miss (its bytes in the buffer are untouched).
