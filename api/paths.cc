@@ -38,7 +38,13 @@ std::string DefaultSocketPath() {
 std::string DefaultEndpoint() {
   std::string env = Env("KVTIER_ENDPOINT");
   if (!env.empty()) return env;
-  return "ipc://" + DefaultSocketPath();
+  // A user's own daemon first; else the system service's socket (the
+  // packaged kvtierd.service), so clients of the service need no setting.
+  const std::string own = DefaultSocketPath();
+  struct stat st;
+  if (stat(own.c_str(), &st) != 0 && stat(kSystemSocketPath, &st) == 0)
+    return absl::StrCat("ipc://", kSystemSocketPath);
+  return "ipc://" + own;
 }
 
 std::string DefaultStateDir() {

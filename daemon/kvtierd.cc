@@ -9,14 +9,11 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
 #include "kvtier/byte_size.h"
+#include "kvtier/cli.h"
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -154,12 +151,12 @@ absl::StatusOr<kvtier::daemon::DeviceOptions> DeviceFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view f) { return absl::StrContains(f, "kvtierd"); };
-  usage.version_string = [] { return std::string("kvtierd " KVTIER_VERSION "\n"); };
-  absl::SetFlagsUsageConfig(usage);
-  absl::SetProgramUsageMessage("kvtierd: tiered KV-cache daemon. Usage: kvtierd [--flag=value ...] [--flagfile=FILE]");
-  absl::ParseCommandLine(argc, argv);
+  kvtier::ParseCommandLine(
+      argc, argv,
+      "the kvtier daemon: keeps LLM KV-cache pages in GPU memory, host RAM and NVMe and "
+      "serves them to clients over ZeroMQ (ipc, or loopback tcp). Stops cleanly on "
+      "SIGTERM/SIGINT (exit 0).\n"
+      "  kvtierd [--socket=PATH] [--state_dir=DIR] [--tenants_file=FILE] [--flag=value ...]");
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvtierd: %v");
 

@@ -8,9 +8,8 @@
 #include <numeric>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "common/page_pattern.h"
+#include "kvtier/cli.h"
 #include "kvtier/client.h"
 #include "kvtier/shm_buffer.h"
 
@@ -37,7 +36,13 @@ int Die(const absl::Status& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  kvtier::ParseCommandLine(
+      argc, argv,
+      "the quick-start job: acts like an inference process against a running kvtierd — "
+      "hashes a prompt into page keys, LOOKUPs them (cold), PUTs the pages through a "
+      "registered shm buffer, then serves the prompt again (LOOKUP warm, GET) and checks "
+      "every byte.\n"
+      "  kvtier-demo [--endpoint=ipc:///path/kvtierd.sock] [--prompt_tokens=N]");
   kvtier::Layout layout{uint32_t(absl::GetFlag(FLAGS_layers)), uint32_t(absl::GetFlag(FLAGS_kv_heads)),
                         uint32_t(absl::GetFlag(FLAGS_head_dim)),
                         uint32_t(absl::GetFlag(FLAGS_tokens_per_page)), kvtier::Dtype::kFp16};

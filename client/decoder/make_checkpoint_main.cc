@@ -4,8 +4,7 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "kvtier/cli.h"
 #include "kvtier/decoder/weights.h"
 
 ABSL_FLAG(std::string, size, "tiny", "named size: tiny or 124m");
@@ -15,8 +14,11 @@ ABSL_FLAG(uint64_t, seed, 1, "random seed");
 ABSL_FLAG(double, init_std, 0.02, "standard deviation of the weights");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("kvtier-make-checkpoint --size=tiny|124m --out=DIR [--dtype=bf16]");
-  absl::ParseCommandLine(argc, argv);
+  kvtier::ParseCommandLine(
+      argc, argv,
+      "writes a random-weight Llama-style checkpoint of a named size (config.json + "
+      "model.safetensors, HF tensor names) for tests and benchmarks.\n"
+      "  kvtier-make-checkpoint --size=tiny|124m --out=DIR [--dtype=bf16]");
   auto fail = [](const absl::Status& st) {
     std::fprintf(stderr, "kvtier-make-checkpoint: %s\n", st.ToString().c_str());
     return 1;

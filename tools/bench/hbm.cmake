@@ -4,8 +4,8 @@
 # library. Included from tools/bench/CMakeLists.txt.
 if(KVTIER_HAVE_CUDA)
   add_executable(kvtier-hbm-bench ${CMAKE_CURRENT_LIST_DIR}/hbm_bench.cc)
-  target_link_libraries(kvtier-hbm-bench PRIVATE kvtier_client CUDA::cudart absl::flags
-                        absl::flags_parse absl::strings)
+  target_link_libraries(kvtier-hbm-bench PRIVATE kvtier_client kvtier_cli CUDA::cudart absl::flags
+                        absl::strings)
   target_compile_definitions(kvtier-hbm-bench PRIVATE KVTIERD_PATH="$<TARGET_FILE:kvtierd>")
   add_dependencies(kvtier-hbm-bench kvtierd)
 endif()

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "kvtier/cli.h"
 #include "kvtier/client.h"
 #include "kvtier/gpu_arena.h"
 #include "kvtier/page_key.h"
@@ -187,7 +187,12 @@ void Row(const char* path, uint64_t page, double daemon, double bare) {
 }  // namespace kvtier
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  kvtier::ParseCommandLine(
+      argc, argv,
+      "GPU page copy throughput through a real kvtierd (spawned here, --hbm_device=cuda) "
+      "against bare cudaMemcpyAsync of the same bytes: H2D (GET of host pages into a CUDA IPC "
+      "arena), D2H (PUT), D2D (GET of HBM pages). Without a GPU it says so and exits 0.\n"
+      "  kvtier-hbm-bench [--page_kib=256,1024,4096] [--mib_per_iter=256] [--iters=5]");
   std::string why;
   if (!kvtier::GpuArena::CudaAvailable(&why)) {
     std::printf("kvtier-hbm-bench: no CUDA device (%s); nothing measured\n", why.c_str());

@@ -7,12 +7,11 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "bench/zmq_floor.h"
+#include "kvtier/cli.h"
 
 ABSL_FLAG(std::string, endpoint, "", "daemon endpoint, e.g. ipc:///tmp/x/kvtierd.sock");
 ABSL_FLAG(std::string, memory_endpoint, "",
@@ -173,12 +172,12 @@ int Main(const std::vector<std::string>& commands) {
 }  // namespace kvtier::bench
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kvtier-bench [throughput] [lookup] [redis] [memory] [all] --endpoint=ipc://... "
-      "[--memory_endpoint=...] [--redis=127.0.0.1:PORT] [--json=FILE]\n"
-      "Measures a running kvtierd; scripts/bench.sh starts the daemons and runs everything.");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  std::vector<std::string> commands(args.begin() + 1, args.end());
+  std::vector<std::string> commands = kvtier::ParseCommandLine(
+      argc, argv,
+      "measures a running kvtierd for docs/BENCHMARKS.md (each figure a median over "
+      "--repeats); scripts/bench.sh starts the daemons and runs everything.\n"
+      "  kvtier-bench [throughput] [lookup] [redis] [memory] [nvme] [fill] [all] --endpoint=ipc://... "
+      "[--memory_endpoint=...] [--redis=127.0.0.1:PORT] [--json=FILE]");
   if (commands.size() == 2 && commands[0] == "zmq-echo") return kvtier::bench::RunZmqEcho(commands[1]);
   if (commands.empty()) commands.push_back("all");
   return kvtier::bench::Main(commands);

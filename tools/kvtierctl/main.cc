@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "kvtier/cli.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
 ABSL_FLAG(std::string, endpoint, "", "daemon endpoint (default: $KVTIER_ENDPOINT, else the default ipc socket)");
@@ -59,13 +59,17 @@ kvtier::ctl::Options OptionsFromFlags(const std::string& cmd) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kvtierctl [stats|top|watch|ping|tenants|evict|flush] [--json] [--endpoint=...] "
+  const std::vector<std::string> args = kvtier::ParseCommandLine(
+      argc, argv,
+      "shows and steers a running kvtierd. Commands: stats (the default: tier, namespace "
+      "and latency tables), top|watch (stats refreshed with rates), ping, tenants (admin), "
+      "evict, flush (admin: every RAM page to NVMe, durably). Exit codes: 0 ok, 1 refused "
+      "or no daemon, 2 bad command line.\n"
+      "  kvtierctl [stats|top|watch|ping|tenants|evict|flush] [--json] [--endpoint=...] "
       "[--tenant=... --token=...]\n"
-      "  evict --namespace=NAME [--tier=hbm|host|nvme] (--pages=N | --all)");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() > 2) return kvtier::ctl::Fail("one command at a time", kvtier::ctl::kUsage);
-  const std::string cmd = args.size() > 1 ? args[1] : "stats";
+      "  kvtierctl evict --namespace=NAME [--tier=hbm|host|nvme] (--pages=N | --all)");
+  if (args.size() > 1) return kvtier::ctl::Fail("one command at a time", kvtier::ctl::kUsage);
+  const std::string cmd = args.empty() ? "stats" : args[0];
   const kvtier::ctl::Options o = OptionsFromFlags(cmd);
   if (cmd == "stats") return kvtier::ctl::CmdStats(o);
   if (cmd == "top" || cmd == "watch") return kvtier::ctl::CmdTop(o);

@@ -6,10 +6,9 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "kvtier/cli.h"
 #include "kvtier/status_macros.h"
 #include "tools/sim/belady.h"
 #include "tools/sim/capacity.h"
@@ -178,10 +177,13 @@ absl::Status Main() {
 }  // namespace kvtier::sim
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kvtier-sim --trace=SPEC [--capacities=1k,4k,16k,32k] [--page_bytes=1MiB] "
+  kvtier::ParseCommandLine(
+      argc, argv,
+      "offline capacity planning: replays a trace through the daemon's tier policy "
+      "(accounting only: no daemon, no bytes) at each capacity asked for, next to Belady's "
+      "optimum and the infinite-cache bound; prints a table, writes JSON and a PNG plot.\n"
+      "  kvtier-sim --trace=SPEC [--capacities=1k,4k,16k,32k] [--page_bytes=1MiB] "
       "[--host_pages=N --nvme_pages=M] [--json_out=F] [--plot=F.png]");
-  absl::ParseCommandLine(argc, argv);
   absl::Status st = kvtier::sim::Main();
   if (!st.ok()) {
     std::fprintf(stderr, "kvtier-sim: %s\n", std::string(st.message()).c_str());

@@ -8,11 +8,10 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kvtier/byte_size.h"
+#include "kvtier/cli.h"
 #include "tools/stress/progress.h"
 #include "tools/stress/replayer.h"
 #include "tools/stress/report.h"
@@ -128,9 +127,11 @@ int Main() {
 }  // namespace kvtier::stress
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "replays a request trace against kvtierd and verifies every page it reads back.\n"
+  kvtier::ParseCommandLine(
+      argc, argv,
+      "replays a request trace (Mooncake JSONL, Azure CSV or synthetic) against a running "
+      "kvtierd, moving and verifying every page it reads back, and reports hit rates, bytes, "
+      "latency and errors. Exit status: 0 clean, 1 errors or corrupt pages, 2 bad setup.\n"
       "  kvtier-stress --trace=tests/data/synthetic_trace.jsonl --endpoint=ipc:///path/kvtierd.sock");
-  absl::ParseCommandLine(argc, argv);
   return kvtier::stress::Main();
 }

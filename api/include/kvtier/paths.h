@@ -10,7 +10,10 @@ namespace kvtier {
 
 // $XDG_RUNTIME_DIR/kvtier/kvtierd.sock, or /tmp/kvtier-$UID/kvtierd.sock.
 std::string DefaultSocketPath();
-// "ipc://" + DefaultSocketPath(); $KVTIER_ENDPOINT overrides it when set.
+// The system service's socket (packaging/systemd/kvtierd.service).
+inline constexpr char kSystemSocketPath[] = "/run/kvtier/kvtierd.sock";
+// "ipc://" + DefaultSocketPath(), or the system socket when there is no
+// per-user socket and the system one exists; $KVTIER_ENDPOINT overrides both.
 std::string DefaultEndpoint();
 // $XDG_STATE_HOME/kvtier, or ~/.local/state/kvtier.
 std::string DefaultStateDir();

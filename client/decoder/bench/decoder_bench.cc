@@ -15,11 +15,10 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kvtier/cli.h"
 #include "kvtier/decoder/sampler.h"
 #include "kvtier/decoder/session.h"
 
@@ -282,8 +281,13 @@ void LayerwiseBench(Prepared& p) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("kvtier-decoder-bench --mode=decode|ttft|layerwise|all [--endpoint=... --nvme_endpoint=...]");
-  absl::ParseCommandLine(argc, argv);
+  kvtier::ParseCommandLine(
+      argc, argv,
+      "the decoder's benchmarks (docs/BENCHMARKS.md): decode (cached vs recomputing every "
+      "step), ttft (8k-token prompt recomputed vs restored from the host tier via --endpoint "
+      "and from NVMe via --nvme_endpoint), layerwise (whole-page vs layer-wise GET); "
+      "scripts/bench_decoder.sh starts the daemons.\n"
+      "  kvtier-decoder-bench --mode=decode|ttft|layerwise|all [--endpoint=... --nvme_endpoint=...]");
   setvbuf(stdout, nullptr, _IOLBF, 0);  // progress shows when piped to a log
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "decode" || mode == "all") DecodeBench();

@@ -18,14 +18,13 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "kvtier/byte_size.h"
+#include "kvtier/cli.h"
 #include "nlohmann/json.hpp"
 #include "tiers/nvme/device.h"
 
@@ -155,8 +154,12 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("kvtier-nvme-bench --dir=/var/tmp/x: file device throughput");
-  absl::ParseCommandLine(argc, argv);
+  kvtier::ParseCommandLine(
+      argc, argv,
+      "random read/write throughput of the NVMe tier's file device (the I/O engine, not the "
+      "daemon) per block size and queue depth; scripts/bench_nvme.sh sets fio's figures "
+      "beside these.\n"
+      "  kvtier-nvme-bench --dir=/var/tmp/x [--block_sizes=256KiB,1MiB,4MiB] [--depths=1,32]");
   const std::string dir = absl::GetFlag(FLAGS_dir);
   uint64_t size = 0;
   if (dir.empty() || !ParseBytes(absl::GetFlag(FLAGS_file_size), &size) || size == 0) {
