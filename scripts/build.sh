@@ -14,7 +14,9 @@ BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 ARGS=("$@")
-if [ "${KVTIER_TEST_HOOKS:-}" = 1 ]; then ARGS+=(-DKVTIER_TEST_HOOKS=ON); fi
+# The test build must have the Python package (its tests would otherwise
+# vanish quietly from CTest).
+if [ "${KVTIER_TEST_HOOKS:-}" = 1 ]; then ARGS+=(-DKVTIER_TEST_HOOKS=ON -DKVTIER_PYTHON=ON); fi
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release "${ARGS[@]}"
 elif [ ${#ARGS[@]} -gt 0 ]; then

@@ -1,0 +1,83 @@
+// kvtier._native.Client: one C++ client session behind a mutex (the C++
+// Client is not thread-safe), every daemon call made with the GIL released.
+// Keeps the Python buffers it registered alive while they are registered.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "common.h"
+
+namespace kvtier::py {
+
+class AsyncLookups;  // lookup_async's worker (lookup_async.h)
+
+class PyClient {
+ public:
+  PyClient(const py::object& endpoint, const std::string& tenant, const std::string& token,
+           const py::object& layout, int64_t timeout_ms, const std::string& client_name);
+  ~PyClient();
+
+  // Runs fn(Client&) with the GIL released and the session's mutex held.
+  // FailedPrecondition when the client is closed. Needs the GIL on entry.
+  template <typename F>
+  auto Call(F&& fn) -> decltype(fn(std::declval<Client&>())) {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!client_) return absl::FailedPreconditionError("kvtier.Client is closed");
+    return fn(*client_);
+  }
+
+  const ClientOptions& options() const { return options_; }
+  const std::string& namespace_name() const { return namespace_; }
+  uint64_t page_bytes() const { return page_bytes_; }
+  uint64_t layout_id() const { return layout_id_; }
+  bool closed() const { return closed_; }
+
+  // Registration bookkeeping (GIL held): the object kept alive for `id`.
+  void Keep(BufferId id, py::object owner) { kept_[id] = std::move(owner); }
+  void Forget(BufferId id);
+  // The object registered as `id` by this client, or None.
+  py::object Kept(BufferId id) const {
+    auto it = kept_.find(id);
+    return it == kept_.end() ? py::object(py::none()) : it->second;
+  }
+  // CUDA registrations by (device, allocation base): see device.cc.
+  struct DeviceReg {
+    BufferId id;
+    uint64_t size;
+    std::string handle;
+  };
+  std::map<std::pair<int, uintptr_t>, DeviceReg>& device_regs() { return device_regs_; }
+
+  AsyncLookups& async();  // created on first use
+  void Close();
+
+ private:
+  ClientOptions options_;
+  std::mutex mu_;
+  std::unique_ptr<Client> client_;  // null once closed
+  std::string namespace_;
+  uint64_t page_bytes_ = 0, layout_id_ = 0;
+  bool closed_ = false;
+  std::map<BufferId, py::object> kept_;
+  std::map<std::pair<int, uintptr_t>, DeviceReg> device_regs_;
+  std::unique_ptr<AsyncLookups> async_;
+};
+
+// Python-visible results.
+struct PyLookupResult {
+  uint32_t hits = 0;
+  py::list tiers;
+  uint32_t prefetching = 0;
+  uint32_t leased = 0;
+};
+PyLookupResult ToPy(const LookupResult& r);
+
+void BindClientData(py::class_<PyClient>& c);     // get/put/get_layers/inline (client_data.cc)
+void BindDeviceMethods(py::class_<PyClient>& c);  // _register_cuda (device.cc)
+
+}  // namespace kvtier::py

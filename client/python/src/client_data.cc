@@ -1,0 +1,160 @@
+// The data-moving calls of kvtier._native.Client: get / put (into and out of
+// a registered buffer, no copy through Python), get_layers (layer-wise GET
+// with a Python callback per layer), and the inline forms (bytes in messages).
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "buffers.h"
+#include "client.h"
+
+namespace kvtier::py {
+namespace {
+
+GetOptions ParseGetOptions(const std::string& policy, int64_t timeout_ms) {
+  GetOptions o;
+  if (policy == "wait") {
+    o.policy = GetPolicy::kWaitComplete;
+  } else if (policy == "best_effort") {
+    o.policy = GetPolicy::kBestEffort;
+  } else if (policy == "timeout") {
+    o.policy = GetPolicy::kTimeout;
+  } else {
+    throw py::value_error(
+        absl::StrCat("policy must be 'wait', 'best_effort' or 'timeout', not '", policy, "'"));
+  }
+  if (timeout_ms < 0) throw py::value_error("timeout_ms must be >= 0");
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  return o;
+}
+
+// Read-only views of the pages handed to put_inline, held while the GIL is
+// released so the bytes cannot move or vanish under the call.
+class PageViews {
+ public:
+  PageViews(const py::handle& pages, size_t n, uint64_t page_bytes) {
+    if (py::isinstance<py::str>(pages) || py::isinstance<py::bytes>(pages) ||
+        !PySequence_Check(pages.ptr()))
+      throw py::type_error("pages must be a sequence of bytes-like objects, one per key");
+    py::sequence seq = py::reinterpret_borrow<py::sequence>(pages);
+    if (seq.size() != n)
+      throw py::value_error(absl::StrCat("got ", seq.size(), " pages for ", n, " keys"));
+    views_.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      py::object p = seq[i];
+      Py_buffer v;
+      if (PyObject_GetBuffer(p.ptr(), &v, PyBUF_SIMPLE) != 0) {
+        PyErr_Clear();
+        throw py::type_error(absl::StrCat("pages[", i, "] is not bytes-like"));
+      }
+      views_.push_back(v);
+      if (page_bytes != 0 && uint64_t(v.len) != page_bytes)
+        throw py::value_error(absl::StrCat("pages[", i, "] is ", v.len,
+                                           " bytes; the session's page is ", page_bytes));
+      pages_.emplace_back(static_cast<const char*>(v.buf), size_t(v.len));
+    }
+  }
+  absl::Span<const absl::string_view> pages() const { return pages_; }
+
+ private:
+  // A member, so the views taken so far are released when the constructor throws.
+  struct Views : std::vector<Py_buffer> {
+    ~Views() {
+      for (Py_buffer& v : *this) PyBuffer_Release(&v);
+    }
+  };
+  Views views_;
+  std::vector<absl::string_view> pages_;
+};
+
+py::list Get(PyClient& c, const py::handle& keys, int64_t buffer_id, const py::handle& offsets,
+             const std::string& policy, int64_t timeout_ms) {
+  BufferId buffer = CheckedBufferId(buffer_id);
+  std::vector<PageKey> k = ParseKeys(keys);
+  std::vector<uint64_t> off = ParseOffsets(offsets, k.size());
+  GetOptions o = ParseGetOptions(policy, timeout_ms);
+  return TierList(Check(c.Call([&](Client& cl) { return cl.Get(k, buffer, off, o); })));
+}
+
+PutResult Put(PyClient& c, const py::handle& keys, int64_t buffer_id, const py::handle& offsets,
+              const py::handle& parent) {
+  BufferId buffer = CheckedBufferId(buffer_id);
+  std::vector<PageKey> k = ParseKeys(keys);
+  std::vector<uint64_t> off = ParseOffsets(offsets, k.size());
+  PageKey p = ParseKey(parent, "parent");
+  return Check(c.Call([&](Client& cl) { return cl.Put(k, p, buffer, off); }));
+}
+
+// on_layer(l) runs on the calling thread with the GIL taken back for it. An
+// exception from it stops further callbacks and is raised once the GET ends
+// (the C++ client is not unwound through).
+py::list GetLayers(PyClient& c, const py::handle& keys, int64_t buffer_id,
+                   const py::handle& offsets, const py::object& mapping, int64_t progress_offset,
+                   const py::object& on_layer, const std::string& policy, int64_t timeout_ms) {
+  BufferId buffer = CheckedBufferId(buffer_id);
+  std::vector<PageKey> k = ParseKeys(keys);
+  std::vector<uint64_t> off = ParseOffsets(offsets, k.size());
+  GetOptions o = ParseGetOptions(policy, timeout_ms);
+  if (!py::isinstance<PyShmBuffer>(mapping))
+    throw py::type_error("get_layers: buf must be the kvtier.ShmBuffer registered as buffer_id");
+  if (progress_offset < 0) throw py::value_error("progress_offset must be >= 0");
+  if (!on_layer.is_none() && !PyCallable_Check(on_layer.ptr()))
+    throw py::type_error("on_layer must be callable (or None)");
+  // The layer counter is read from `buf`: another buffer would never show progress.
+  if (py::object kept = c.Kept(buffer); !kept.is_none() && !kept.is(mapping))
+    throw py::value_error(
+        absl::StrCat("get_layers: buf is not the kvtier.ShmBuffer registered as buffer ", buffer));
+  const PyShmBuffer& b = mapping.cast<const PyShmBuffer&>();
+  absl::Span<uint8_t> span(b.data(), b.size());
+  std::optional<py::error_already_set> failure;
+  LayerCallback cb = [&](uint32_t layer) {
+    if (on_layer.is_none() || failure) return;
+    py::gil_scoped_acquire gil;
+    try {
+      on_layer(layer);
+    } catch (py::error_already_set& e) {
+      failure.emplace(std::move(e));
+    }
+  };
+  auto r = c.Call([&](Client& cl) {
+    return cl.GetLayers(k, buffer, off, span, uint64_t(progress_offset), cb, o);
+  });
+  if (failure) throw std::move(*failure);
+  return TierList(Check(std::move(r)));
+}
+
+py::list GetInline(PyClient& c, const py::handle& keys) {
+  std::vector<PageKey> k = ParseKeys(keys);
+  auto pages = Check(c.Call([&](Client& cl) { return cl.GetInline(k); }));
+  py::list out(pages.size());
+  for (size_t i = 0; i < pages.size(); ++i)
+    out[i] = pages[i].empty() ? py::object(py::none()) : py::object(py::bytes(pages[i]));
+  return out;
+}
+
+PutResult PutInline(PyClient& c, const py::handle& keys, const py::handle& pages,
+                    const py::handle& parent) {
+  std::vector<PageKey> k = ParseKeys(keys);
+  PageViews views(pages, k.size(), c.page_bytes());
+  PageKey p = ParseKey(parent, "parent");
+  return Check(c.Call([&](Client& cl) { return cl.PutInline(k, p, views.pages()); }));
+}
+
+}  // namespace
+
+void BindClientData(py::class_<PyClient>& c) {
+  c.def("get", &Get, py::arg("keys"), py::arg("buffer_id"), py::arg("offsets"),
+        py::arg("policy") = "wait", py::arg("timeout_ms") = 0,
+        "Copies present pages into the registered buffer; each key's tier, None for a miss.")
+      .def("put", &Put, py::arg("keys"), py::arg("buffer_id"), py::arg("offsets"),
+           py::arg("parent") = py::none(),
+           "Stores pages from the registered buffer; keys[0]'s parent is `parent`.")
+      .def("get_layers", &GetLayers, py::arg("keys"), py::arg("buffer_id"), py::arg("offsets"),
+           py::arg("buf"), py::arg("progress_offset"), py::arg("on_layer") = py::none(),
+           py::arg("policy") = "wait", py::arg("timeout_ms") = 0,
+           "Layer-wise GET: on_layer(l) runs as layer l of every hit lands.")
+      .def("get_inline", &GetInline, py::arg("keys"))
+      .def("put_inline", &PutInline, py::arg("keys"), py::arg("pages"),
+           py::arg("parent") = py::none());
+}
+
+}  // namespace kvtier::py
