@@ -1,0 +1,182 @@
+# LlamaModel: the C++ decoder's forward pass (client/decoder/model.cc, ops.cc)
+# in torch, op for op, so greedy tokens match kvtier-generate on the same
+# checkpoint: RMSNorm with a double sum of squares, linear layers through the
+# same BLAS calls (sgemm for several rows, sgemv for one; residuals
+# accumulated with beta = 1), RoPE tables computed in double by libm, K/V
+# written to the pages in the page dtype and attention read back from them.
+# Attention itself is a plain masked softmax here (the C++ kernel is an online
+# softmax over tiles), so results agree within fp32 rounding, not bit for bit.
+import math
+
+import numpy as np
+import torch
+
+from .paged_kv import KvCacheError
+
+__all__ = ["ModelError", "LlamaModel", "greedy"]
+
+_Q_CHUNK = 256  # query rows per attention block: bounds the [heads, q, keys] scores
+
+
+class ModelError(ValueError):
+    """Bad input to the model (token outside the vocabulary, too long, ...)."""
+
+
+def _linear(x, w):
+    """x[rows][in] * w[out][in]^T: sgemv for one row, sgemm for more (as ops.cc)."""
+    if x.shape[0] == 1:
+        return torch.mv(w, x[0]).unsqueeze(0)
+    return torch.mm(x, w.t())
+
+
+def _linear_acc(x, w, y):
+    """y + x * w^T with BLAS beta = 1, the residual add ops::Linear(..., beta=1) does."""
+    if x.shape[0] == 1:
+        return torch.addmv(y[0], w, x[0]).unsqueeze(0)
+    return torch.addmm(y, x, w.t())
+
+
+class LlamaModel:
+    """Borrows `weights` (ModelWeights) and `cache` (PagedKvCache); the cache's
+    shape must be the model's. Not thread-safe."""
+
+    def __init__(self, weights, cache):
+        c = weights.config
+        c.validate()
+        if (cache.layers, cache.kv_heads, cache.head_dim) != (
+                c.num_hidden_layers, c.num_key_value_heads, c.head_dim):
+            raise ModelError(
+                f"kv cache layout (layers {cache.layers}, kv_heads {cache.kv_heads}, head_dim "
+                f"{cache.head_dim}) does not match the model (layers {c.num_hidden_layers}, "
+                f"kv_heads {c.num_key_value_heads}, head_dim {c.head_dim})")
+        self.w, self.cache, self.config = weights, cache, c
+        self._eps = float(np.float32(c.rms_norm_eps))  # a float promoted to double, as C++
+        self._scale = float(np.float32(1.0) / np.sqrt(np.float32(c.head_dim)))
+        half = c.head_dim // 2
+        self._inv_freq = [math.pow(float(np.float32(c.rope_theta)), -2.0 * j / c.head_dim)
+                          for j in range(half)]
+        self._cos = torch.empty(0, half)
+        self._sin = torch.empty(0, half)
+        self.tokens_computed = 0  # tokens run through forward(): what prefill really did
+
+    # -- ops -----------------------------------------------------------------
+    def _rms_norm(self, x, weight):
+        xd = x.double()  # products of floats are exact in double; only the sum rounds
+        ss = (xd * xd).sum(dim=1, keepdim=True)
+        inv = (1.0 / torch.sqrt(ss / x.shape[1] + self._eps)).float()
+        return x * inv * weight
+
+    def _rope_table(self, start, end):
+        """cos/sin [end - start][head_dim / 2] of positions [start, end); each angle
+        in double (libm cos/sin), rounded to fp32, as ops::MakeRopeTable."""
+        have = self._cos.shape[0]
+        if end > have:
+            cos, sin = [], []
+            for p in range(have, end):
+                angles = [p * f for f in self._inv_freq]
+                cos.append([math.cos(a) for a in angles])
+                sin.append([math.sin(a) for a in angles])
+            self._cos = torch.cat([self._cos, torch.tensor(cos, dtype=torch.float64).float()])
+            self._sin = torch.cat([self._sin, torch.tensor(sin, dtype=torch.float64).float()])
+        return self._cos[start:end], self._sin[start:end]
+
+    @staticmethod
+    def _rope(x, heads, cos, sin):
+        """Rotate-half RoPE on rows [n][heads * head_dim] (Hugging Face convention)."""
+        n = x.shape[0]
+        v = x.view(n, heads, -1)
+        half = v.shape[2] // 2
+        a, b = v[:, :, :half], v[:, :, half:]
+        c, s = cos.unsqueeze(1), sin.unsqueeze(1)
+        out = torch.empty_like(v)
+        torch.mul(a, c, out=out[:, :, :half]).sub_(b * s)  # each product rounded, as C++
+        torch.mul(b, c, out=out[:, :, half:]).add_(a * s)
+        return out.view(n, -1)
+
+    @staticmethod
+    def _swiglu(gate, up):
+        # g / (1 + exp(-g)) * up in fp32, the C++ expression (torch's expf is
+        # within an ulp of libm's; not bit-equal on every element).
+        return gate.div_(torch.exp(-gate).add_(1.0)).mul_(up)
+
+    def _attention(self, q, k, v, start):
+        """Causal GQA attention of n queries at positions [start, start + n) over
+        keys [0, start + n): q [n][heads * d], k/v [kv_heads][T][d] -> [n][heads * d].
+        The group's query heads of one kv head are stacked as rows (one matmul per
+        kv head, K not repeated); a block of queries only reads the keys it can see."""
+        c = self.config
+        n, d, hkv, g = q.shape[0], c.head_dim, c.num_key_value_heads, c.group
+        rows = q.view(n, hkv, g, d).transpose(0, 1).reshape(hkv, n * g, d)  # row = pos * g + r
+        kt, out = k.transpose(1, 2), []
+        for j0 in range(0, n, _Q_CHUNK):
+            j1 = min(n, j0 + _Q_CHUNK)
+            seen = start + j1  # keys [0, seen) are visible to some query of the block
+            s = torch.bmm(rows[:, j0 * g:j1 * g], kt[:, :, :seen]).mul_(self._scale)
+            # Only keys past the block's first query position can be in its future.
+            pos = (torch.arange(j0 * g, j1 * g) // g + start).unsqueeze(1)  # row -> position
+            tail = torch.arange(start + j0, seen).unsqueeze(0)
+            s[:, :, start + j0:].masked_fill_(tail > pos, float("-inf"))
+            out.append(torch.bmm(torch.softmax(s, dim=-1), v[:, :seen]))
+        o = torch.cat(out, dim=1) if len(out) > 1 else out[0]  # [kv_heads][n * g][d]
+        return o.view(hkv, n, g, d).transpose(0, 1).reshape(n, c.num_attention_heads * d)
+
+    # -- forward -------------------------------------------------------------
+    def _check(self, seq, tokens):
+        c = self.config
+        if not self.cache.has_sequence(seq):
+            raise KvCacheError(f"forward: no sequence {seq}")
+        if len(tokens) == 0:
+            raise ModelError(f"forward: empty chunk for sequence {seq}")
+        end = self.cache.length(seq) + len(tokens)
+        if end > c.max_position_embeddings:
+            raise ModelError(f"forward: sequence {seq} would reach {end} tokens, past "
+                             f"max_position_embeddings {c.max_position_embeddings}")
+        for i, t in enumerate(tokens):
+            if not isinstance(t, (int, np.integer)) or isinstance(t, bool) or not (
+                    0 <= t < c.vocab_size):
+                raise ModelError(f"forward: token {t!r} at index {i} is outside the vocabulary "
+                                 f"({c.vocab_size})")
+
+    def _layer(self, l, seq, start, x, cos, sin, gate):
+        c, lw = self.config, self.w.layers[l]
+        n, hkv, d = x.shape[0], c.num_key_value_heads, c.head_dim
+        h = self._rms_norm(x, lw.input_norm)
+        q = self._rope(_linear(h, lw.q_proj), c.num_attention_heads, cos, sin)
+        k = self._rope(_linear(h, lw.k_proj), hkv, cos, sin)
+        v = _linear(h, lw.v_proj)
+        if gate is not None:
+            gate(l)  # a layer-wise restore: layer l of the restored pages is in place after
+        self.cache.scatter(seq, l, start, k.view(n, hkv, d), v.view(n, hkv, d))
+        kk, vv = self.cache.gather(seq, l, start + n)  # attention reads the page dtype
+        x = _linear_acc(self._attention(q, kk, vv, start), lw.o_proj, x)
+        h = self._rms_norm(x, lw.post_norm)
+        f = self._swiglu(_linear(h, lw.gate_proj), _linear(h, lw.up_proj))
+        return _linear_acc(f, lw.down_proj, x)
+
+    @torch.no_grad()
+    def forward(self, seq, tokens, all_logits=False, layer_gate=None):
+        """Appends `tokens` to sequence `seq`: computes their K/V into the cache and
+        returns the logits of the last token ([vocab]), or of every token
+        ([n][vocab]) with all_logits. On error the sequence length is unchanged."""
+        self._check(seq, tokens)
+        tokens = [int(t) for t in tokens]
+        c, start, n = self.config, self.cache.length(seq), len(tokens)
+        self.cache.reserve(seq, n)
+        try:
+            x = self.w.embed[torch.tensor(tokens, dtype=torch.long)]
+            cos, sin = self._rope_table(start, start + n)
+            for l in range(c.num_hidden_layers):
+                x = self._layer(l, seq, start, x, cos, sin, layer_gate)
+        except BaseException:
+            self.cache.truncate(seq, self.cache.length(seq))  # give back the reserved pages
+            raise
+        self.cache.commit(seq, n)
+        self.tokens_computed += n
+        rows = x if all_logits else x[-1:]
+        logits = _linear(self._rms_norm(rows, self.w.final_norm), self.w.lm_head_or_embed())
+        return logits if all_logits else logits[0]
+
+
+def greedy(logits):
+    """Index of the largest logit, the lowest on ties (as the C++ Argmax)."""
+    return int(torch.argmax(logits).item())

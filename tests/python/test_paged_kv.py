@@ -1,0 +1,107 @@
+# The Python model's paged KV cache (kvtier.model.paged_kv): every element
+# lands at the byte the kvtier page layout (and the C++ decoder's cache) puts
+# it, the arena is the registered buffer itself, and bad buffers or a full
+# arena are clear errors that leave the cache as it was.
+import struct
+
+import pytest
+import torch
+
+import kvtier
+from kvtier.model.paged_kv import ARENA_HEADER_BYTES, KvCacheError, PagedKvCache
+
+L, H, D, TPP = 3, 2, 4, 8  # layers, kv heads, head_dim, tokens per page
+
+
+def make(pages=4, dtype="fp32", buf=None):
+    pb = kvtier.Layout(L, H, D, tokens_per_page=TPP, dtype=dtype).page_bytes
+    buf = buf if buf is not None else kvtier.ShmBuffer(PagedKvCache.arena_bytes(pb, pages))
+    return PagedKvCache(L, H, D, TPP, dtype, pages, buf), buf
+
+
+def test_page_bytes_match_kvtier_layout():
+    for dtype in ("fp32", "fp16", "bf16"):
+        c, _ = make(dtype=dtype)
+        assert c.page_bytes == kvtier.Layout(L, H, D, tokens_per_page=TPP, dtype=dtype).page_bytes
+
+
+def test_scatter_writes_the_documented_offsets():
+    """byte = header + page * page_bytes + layer * layer_bytes + {K: 0, V: half}
+    + head * tpp * d * 4 + slot * d * 4 + i * 4 (fp32 pages)."""
+    c, buf = make()
+    seq = c.add_sequence()
+    n = 11  # two pages, the second partial
+    c.reserve(seq, n)
+    k = torch.arange(n * H * D, dtype=torch.float32).view(n, H, D)
+    v = -k - 1
+    for layer in range(L):
+        c.scatter(seq, layer, 0, k + 1000 * layer, v - 1000 * layer)
+    c.commit(seq, n)
+    raw = bytes(memoryview(buf))
+    half = H * TPP * D * 4
+    table = c.block_table(seq)
+    for t in range(n):
+        page, slot = table[t // TPP], t % TPP
+        for layer in range(L):
+            for h in range(H):
+                for i in range(D):
+                    base = (ARENA_HEADER_BYTES + page * c.page_bytes + layer * 2 * half +
+                            h * TPP * D * 4 + slot * D * 4 + i * 4)
+                    assert struct.unpack_from("<f", raw, base)[0] == k[t, h, i] + 1000 * layer
+                    assert struct.unpack_from("<f", raw, base + half)[0] == v[t, h, i] - 1000 * layer
+    kk, vv = c.gather(seq, 2, n)
+    assert torch.equal(kk, (k + 2000).transpose(0, 1)) and torch.equal(vv, (v - 2000).transpose(0, 1))
+    assert raw[:ARENA_HEADER_BYTES] == bytes(ARENA_HEADER_BYTES)  # the header holds no page
+
+
+def test_fp16_rounds_to_nearest_even():
+    c, _ = make(dtype="fp16")
+    seq = c.add_sequence()
+    c.reserve(seq, 1)
+    x = torch.tensor([1 + 2 ** -11, 1 + 3 * 2 ** -11, 65520.0, 1e-8]).repeat(H, 1)[:, :D]
+    c.scatter(seq, 0, 0, x.unsqueeze(0), x.unsqueeze(0))
+    kk, _ = c.gather(seq, 0, 1)
+    assert kk[0, 0].tolist() == [1.0, 1 + 2 ** -9, float("inf"), 0.0]
+
+
+def test_pages_view_the_buffer_without_copy():
+    c, buf = make()
+    c.pages[1, 2, 1, 1, 7, 3] = 42.0
+    off = c.page_offset(1) + (2 * 2 + 1) * H * TPP * D * 4 + (1 * TPP * D + 7 * D + 3) * 4
+    assert struct.unpack_from("<f", memoryview(buf), off)[0] == 42.0
+    assert torch.equal(c.page_bytes_of(1), c.bytes[c.page_offset(1):c.page_offset(2)])
+
+
+def test_bad_buffers():
+    pb = kvtier.Layout(L, H, D, tokens_per_page=TPP, dtype="fp32").page_bytes
+    with pytest.raises(KvCacheError, match="writable"):
+        PagedKvCache(L, H, D, TPP, "fp32", 4, bytes(PagedKvCache.arena_bytes(pb, 4)))
+    with pytest.raises(KvCacheError, match="hold"):
+        PagedKvCache(L, H, D, TPP, "fp32", 4, bytearray(PagedKvCache.arena_bytes(pb, 4) - 1))
+    with pytest.raises(KvCacheError, match="not supported"):
+        PagedKvCache(L, H, D, TPP, "int8", 4, bytearray(1 << 16))
+    with pytest.raises(KvCacheError, match="num_pages"):
+        PagedKvCache(L, H, D, TPP, "fp32", 0, bytearray(1 << 16))
+    with pytest.raises(TypeError):
+        PagedKvCache(L, H, D, TPP, "fp32", 1, object())
+
+
+def test_full_arena_and_rollback_leave_the_cache_consistent():
+    c, _ = make(pages=3)
+    a, b = c.add_sequence(), c.add_sequence()
+    c.reserve(a, 2 * TPP)
+    c.commit(a, 2 * TPP)
+    with pytest.raises(KvCacheError, match="needs 2 more pages"):
+        c.reserve(b, TPP + 1)
+    assert c.free_pages == 1 and c.block_table(b) == []
+    with pytest.raises(KvCacheError, match="past the reserved pages"):
+        c.commit(b, 1)
+    c.truncate(a, TPP - 1)
+    assert c.length(a) == TPP - 1 and len(c.block_table(a)) == 1 and c.free_pages == 2
+    with pytest.raises(KvCacheError, match="cannot truncate"):
+        c.truncate(a, TPP)
+    with pytest.raises(KvCacheError, match="no sequence 99"):
+        c.reserve(99, 1)
+    c.remove_sequence(a)
+    c.remove_sequence(b)
+    assert c.free_pages == 3
