@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -34,6 +35,18 @@ std::vector<TierKind> ToTiers(const std::string& bytes) {
   return out;
 }
 
+uint32_t LeaseMs(const LookupOptions& options) {
+  return static_cast<uint32_t>(
+      std::clamp<int64_t>(options.lease.count(), 0, std::numeric_limits<uint32_t>::max()));
+}
+
+// Keys of every chain, one after another, as Lookup.keys wants them: a key
+// is its 16 bytes, so a chain is one contiguous run.
+static_assert(sizeof(PageKey) == kPageKeyBytes);
+void AppendKeys(absl::Span<const PageKey> chain, std::string& out) {
+  out.append(reinterpret_cast<const char*>(chain.data()), chain.size() * kPageKeyBytes);
+}
+
 }  // namespace
 
 absl::string_view TierKindName(TierKind t) {
@@ -53,6 +66,12 @@ struct Client::Impl {
   std::string session_id;
   uint64_t next_id = 1;
   std::chrono::milliseconds timeout{10000};
+  // Longest chain one LOOKUP may carry (HelloReply.max_keys_per_request).
+  uint32_t max_chain_keys = 4096;
+  // Batched LOOKUP keys are packed here and swapped into the request, so the
+  // buffer (up to 512 KiB) keeps its capacity from one scheduler step to the
+  // next instead of being allocated and faulted in again each time.
+  std::string batch_keys;
 
   struct Result {
     wire::Response response;
@@ -68,9 +87,12 @@ struct Client::Impl {
     req.set_version(kProtocolVersion);
     req.set_request_id(next_id++);
     req.set_session_id(session_id);
-    std::string header = req.SerializeAsString();
+    // Serialized straight into the message ZeroMQ sends: one copy of a
+    // (batched LOOKUP: up to 512 KiB) header, not two.
+    zmq::message_t header(req.ByteSizeLong());
+    req.SerializeWithCachedSizesToArray(static_cast<uint8_t*>(header.data()));
     auto more = payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
-    if (!socket.send(zmq::buffer(header), more | zmq::send_flags::dontwait))
+    if (!socket.send(header, more | zmq::send_flags::dontwait))
       return absl::UnavailableError(absl::StrCat("cannot send to kvtierd at ", endpoint));
     for (size_t i = 0; i < payloads.size(); ++i) {
       auto f = i + 1 < payloads.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
@@ -108,6 +130,47 @@ struct Client::Impl {
       return r;
     }
   }
+
+  // One batched LOOKUP of chains[which[0]], chains[which[1]], ... (all
+  // non-empty, within the batch limits); fills out[which[j]].
+  absl::Status LookupChains(absl::Span<const absl::Span<const PageKey>> chains,
+                            absl::Span<const uint32_t> which, size_t keys,
+                            const LookupOptions& options, std::vector<LookupResult>& out) {
+    wire::Request req;
+    auto* l = req.mutable_lookup();
+    batch_keys.clear();
+    batch_keys.reserve(keys * kPageKeyBytes);
+    l->mutable_chain_lengths()->Reserve(static_cast<int>(which.size()));
+    for (uint32_t i : which) {
+      AppendKeys(chains[i], batch_keys);
+      l->add_chain_lengths(static_cast<uint32_t>(chains[i].size()));
+    }
+    l->set_lease_ms(LeaseMs(options));
+    l->mutable_keys()->swap(batch_keys);
+    absl::StatusOr<Result> reply = Call(req);
+    l->mutable_keys()->swap(batch_keys);  // the buffer comes back for the next batch
+    ASSIGN_OR_RETURN(auto r, std::move(reply));
+    const wire::LookupReply& lr = r.response.lookup();
+    if (static_cast<size_t>(lr.chain_hits_size()) != which.size())
+      return absl::UnimplementedError(absl::StrCat(
+          "kvtierd at ", endpoint, " answered a batched LOOKUP of ", which.size(),
+          " chains with ", lr.chain_hits_size(), " chain results: it predates batched LOOKUP"));
+    const bool has_prefetching = lr.chain_prefetching_size() == lr.chain_hits_size();
+    size_t at = 0;
+    for (size_t j = 0; j < which.size(); ++j) {
+      const uint32_t hits = lr.chain_hits(static_cast<int>(j));
+      if (hits > chains[which[j]].size() || lr.tiers().size() - at < hits)
+        return absl::DataLossError("kvtierd sent a malformed batched LOOKUP reply");
+      LookupResult& o = out[which[j]];
+      o.hits = hits;
+      o.tiers.resize(hits);
+      for (uint32_t k = 0; k < hits; ++k) o.tiers[k] = static_cast<TierKind>(lr.tiers()[at + k]);
+      at += hits;
+      o.prefetching = has_prefetching ? lr.chain_prefetching(static_cast<int>(j)) : 0;
+      o.leased = options.lease.count() > 0 ? hits : 0;
+    }
+    return absl::OkStatus();
+  }
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -142,6 +205,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   c->namespace_ = r.response.hello().namespace_();
   c->page_bytes_ = r.response.hello().page_bytes();
   c->layout_id_ = r.response.hello().layout_id();
+  if (uint32_t m = r.response.hello().max_keys_per_request(); m > 0) c->impl_->max_chain_keys = m;
   return c;
 }
 
@@ -180,10 +244,7 @@ absl::StatusOr<LookupResult> Client::Lookup(absl::Span<const PageKey> keys,
                                             const LookupOptions& options) {
   wire::Request req;
   req.mutable_lookup()->set_keys(PackKeys(keys));
-  if (options.lease.count() > 0) {
-    req.mutable_lookup()->set_lease_ms(static_cast<uint32_t>(
-        std::min<int64_t>(options.lease.count(), std::numeric_limits<uint32_t>::max())));
-  }
+  req.mutable_lookup()->set_lease_ms(LeaseMs(options));
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
   LookupResult out;
   out.hits = r.response.lookup().hits();
@@ -191,6 +252,41 @@ absl::StatusOr<LookupResult> Client::Lookup(absl::Span<const PageKey> keys,
   out.prefetching = r.response.lookup().prefetching();
   out.leased = r.response.lookup().leased();
   return out;
+}
+
+// Requests are cut where the next chain would pass either batch limit; the
+// per-chain limit is checked up front so a bad list sends nothing.
+absl::StatusOr<std::vector<LookupResult>> Client::LookupBatch(
+    absl::Span<const absl::Span<const PageKey>> chains, const LookupOptions& options) {
+  for (size_t i = 0; i < chains.size(); ++i)
+    if (chains[i].size() > impl_->max_chain_keys)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "LookupBatch: chain ", i, " has ", chains[i].size(), " keys, at most ",
+          impl_->max_chain_keys, " per chain"));
+  std::vector<LookupResult> out(chains.size());
+  std::vector<uint32_t> which;
+  which.reserve(std::min<size_t>(chains.size(), wire::LOOKUP_BATCH_MAX_CHAINS));
+  size_t keys = 0;
+  for (size_t i = 0; i <= chains.size(); ++i) {
+    const bool end = i == chains.size();
+    if (!end && chains[i].empty()) continue;
+    if (!which.empty() && (end || which.size() == wire::LOOKUP_BATCH_MAX_CHAINS ||
+                           keys + chains[i].size() > wire::LOOKUP_BATCH_MAX_KEYS)) {
+      RETURN_IF_ERROR(impl_->LookupChains(chains, which, keys, options, out));
+      which.clear();
+      keys = 0;
+    }
+    if (end) break;
+    which.push_back(static_cast<uint32_t>(i));
+    keys += chains[i].size();
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<LookupResult>> Client::LookupBatch(
+    absl::Span<const std::vector<PageKey>> chains, const LookupOptions& options) {
+  std::vector<absl::Span<const PageKey>> spans(chains.begin(), chains.end());
+  return LookupBatch(absl::MakeConstSpan(spans), options);
 }
 
 absl::StatusOr<std::vector<TierKind>> Client::Get(absl::Span<const PageKey> keys, BufferId buffer,

@@ -36,8 +36,9 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::Map(const std::strin
   }
   // No MAP_POPULATE: REGISTER runs on the frontend, and populating a large
   // (or sparse, ftruncate'd) object would stall every tenant and fault in
-  // memory the client never wrote. Copies fault pages in as they touch them,
-  // on copy-engine threads, once per page of the buffer.
+  // memory the client never wrote. The BufferWarmer maps in the pages the
+  // object holds, off the frontend, after REGISTER (buffer_warmer.h); a copy
+  // that comes first faults in what it touches.
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
   close(fd);
@@ -51,6 +52,11 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::Map(const std::strin
 ClientBuffer::~ClientBuffer() {
   if (gpu_) gpu_->CloseImported(tiers::hbm::ImportedMemory{data_, size_, dev_, ino_});
   else munmap(data_, size_);
+}
+
+std::pair<uint8_t*, uint64_t> ClientBuffer::HostMapping() const {
+  if (gpu_ == nullptr || gpu_->emulated()) return {data_, size_};
+  return {nullptr, 0};
 }
 
 absl::Status ClientBuffer::CheckRange(uint64_t offset, uint64_t n) const {

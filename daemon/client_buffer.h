@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+
 #include "absl/strings/string_view.h"
 
 #include "kvtier/sigbus_guard.h"
@@ -40,6 +42,11 @@ class ClientBuffer {
   const std::string& name() const { return name_; }
   uint64_t device() const { return dev_; }
   uint64_t inode() const { return ino_; }
+
+  // The host memory this mapping covers — a shm buffer, or the emulated
+  // device's shared memory — which warm-up may touch (buffer_warmer.h);
+  // {nullptr, 0} for real device memory.
+  std::pair<uint8_t*, uint64_t> HostMapping() const;
 
   // OutOfRange unless [offset, offset + n) lies inside the buffer.
   absl::Status CheckRange(uint64_t offset, uint64_t n) const;

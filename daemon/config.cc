@@ -35,6 +35,7 @@ absl::Status DaemonConfig::Validate() const {
         "--metrics_port=", metrics_port, " must be 0 (off), -1 (any free port) or a port number"));
   if (max_buffers_per_session < 1)
     return absl::InvalidArgumentError("--max_buffers_per_session must be >= 1");
+  RETURN_IF_ERROR(warmup.Validate());
   RETURN_IF_ERROR(host.Validate());
   RETURN_IF_ERROR(store.Validate());
   if (nvme.capacity_bytes > 0) RETURN_IF_ERROR(nvme.Validate());

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "daemon/buffer_warmer.h"
 #include "tiers/host_tier.h"
 #include "tiers/nvme/nvme_tier.h"
 #include "prefetch/prefetcher.h"
@@ -34,6 +35,8 @@ struct DaemonConfig {
   int max_sessions_per_connection = 16;
   uint64_t max_registered_bytes_per_tenant = 64ull << 30;
   int max_buffers_per_session = 64;
+  // Registered buffers are mapped in off the frontend after REGISTER.
+  BufferWarmerConfig warmup;
   absl::Duration session_idle_timeout = absl::Minutes(30);
   // Prometheus endpoint on 127.0.0.1: 0 = off, -1 = any free port (logged,
   // and in STATS daemon.metrics_port).

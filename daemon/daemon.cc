@@ -63,6 +63,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)), ctx_(1) {}
 
 Daemon::~Daemon() {
   metrics_http_.reset();  // it reads the store
+  warmer_.reset();  // its threads may hold a buffer for one chunk
   StopPrefetch();  // waiting GETs hand their copies to the engine first
   if (engine_) engine_->Shutdown();
   completions_.reset();
@@ -133,6 +134,7 @@ absl::Status Daemon::Init() {
                    absl::ToDoubleMilliseconds(absl::Now() - t0));
   RETURN_IF_ERROR(BindEndpoints());
   ASSIGN_OR_RETURN(engine_, CopyEngine::Create(ctx_, completion_endpoint_, config_.copy_threads));
+  ASSIGN_OR_RETURN(warmer_, BufferWarmer::Create(config_.warmup));
   RETURN_IF_ERROR(StartMetrics());
   RETURN_IF_ERROR(InitPrefetch());
   data_ = std::make_unique<DataPath>(store_.get(), hbm_, prefetcher_.get());

@@ -7,6 +7,7 @@
 // become copy jobs whose replies come back on the completion socket.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -83,7 +84,23 @@ class Daemon {
   absl::StatusOr<Reply> HandleHello(const std::string& routing_id, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleRegister(Session& s, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleUnregister(Session& s, const DecodedRequest& d);
+  // LOOKUP: one chain, or with Lookup.chain_lengths many (HandleLookupBatch);
+  // both inline on the frontend (metadata only).
   absl::StatusOr<Reply> HandleLookup(Session& s, const DecodedRequest& d);
+  absl::StatusOr<Reply> HandleLookupBatch(Session& s, const DecodedRequest& d);
+  struct ChainLookup {
+    uint32_t hits = 0;         // leading hits (with a lease: leading pages held)
+    uint32_t prefetching = 0;  // of those, queued by the lookahead
+    uint32_t leased = 0;       // with a lease: == hits
+  };
+  // One chain of either form; appends the tier of each hit to `tiers`.
+  absl::StatusOr<ChainLookup> LookupChain(const Session& s, absl::Span<const PageKey> chain,
+                                          uint32_t lease_ms, std::string& tiers);
+  // The chain a batched LOOKUP is looking up now (frontend thread only).
+  std::vector<PageKey> chain_scratch_;
+  // By tiers::TierKind value: pages there are below the prefetch target, so
+  // a LOOKUP hit there starts the lookahead (set by InitPrefetch).
+  std::array<bool, 4> below_prefetch_target_{};
   absl::StatusOr<Reply> HandleDelete(Session& s, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleStats(Session& s, const DecodedRequest& d);
   // Inline GET: answered at once when every page is in RAM, else by a copy
@@ -101,7 +118,7 @@ class Daemon {
   absl::Status InitPrefetch();
   void StopPrefetch();
   absl::StatusOr<Reply> HandlePrefetch(Session& s, const DecodedRequest& d);
-  uint32_t StartLookahead(const Session& s, const DecodedRequest& d,
+  uint32_t StartLookahead(const Session& s, absl::Span<const PageKey> keys,
                           const tiers::LookupResult& found);
   bool UsesPrefetchPath(const Session& s, const DecodedRequest& d) const;
   absl::Status SubmitPolicyGet(Session& s, const DecodedRequest& d, const std::string& routing_id);
@@ -139,6 +156,8 @@ class Daemon {
   std::unique_ptr<zmq::socket_t> router_;
   std::unique_ptr<zmq::socket_t> completions_;
   std::unique_ptr<CopyEngine> engine_;
+  // Maps registered buffers in after REGISTER (holds them weakly).
+  std::unique_ptr<BufferWarmer> warmer_;
   std::vector<std::string> endpoints_;
   SessionTable sessions_;
   absl::flat_hash_map<std::string, tiers::NamespaceId> tenant_ns_;

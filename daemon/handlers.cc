@@ -1,5 +1,8 @@
 // Request handlers. Each checks what only it can check (session state,
 // buffer bounds, page sizes) and either answers at once or submits a copy job.
+#include <cstring>
+#include <type_traits>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
@@ -22,6 +25,9 @@ absl::Status NeedLayout(const Session& s, absl::string_view op) {
 }
 
 void FreePin(void*, void* hint) { delete static_cast<tiers::PagePin*>(hint); }
+
+// A batched LOOKUP copies packed keys straight into PageKeys.
+static_assert(sizeof(PageKey) == kPageKeyBytes && std::is_trivially_copyable_v<PageKey>);
 
 }  // namespace
 
@@ -107,6 +113,7 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRe
         "REGISTER_BUFFER: '", buffer->name(), "' is registered by another tenant"));
   owner.ns = s.ns;
   owner.buffers.push_back(buffer);
+  warmer_->Warm(s.ns, buffer);  // off the frontend; a GET before it ends just faults
   const uint32_t id = sessions_.AddBuffer(s, std::move(buffer));
   Reply reply;
   reply.response.mutable_register_buffer()->set_buffer_id(id);
@@ -122,6 +129,7 @@ void Daemon::PruneBufferOwners() {
 
 absl::StatusOr<Daemon::Reply> Daemon::HandleUnregister(Session& s, const DecodedRequest& d) {
   uint32_t id = d.request.unregister_buffer().buffer_id();
+  if (auto it = s.buffers.find(id); it != s.buffers.end()) warmer_->Cancel(s.ns, it->second.get());
   // In-flight copies hold their own reference; the mapping goes with the last.
   if (!sessions_.RemoveBuffer(s, id))
     return absl::NotFoundError(absl::StrCat("UNREGISTER_BUFFER: buffer ", id, " is not registered"));
@@ -139,30 +147,76 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> Daemon::FindBuffer(Session& s, uin
   return it->second;
 }
 
-absl::StatusOr<Daemon::Reply> Daemon::HandleLookup(Session& s, const DecodedRequest& d) {
-  tiers::LookupResult result = store_->Lookup(s.ns, d.keys);
-  Reply reply;
-  auto* lr = reply.response.mutable_lookup();
+// One chain of a LOOKUP: its leading hits (tiers appended to `tiers`), the
+// lookahead for those on NVMe, and with lease_ms its leases. Shared by the
+// single-chain and the batched form, so both mean the same.
+absl::StatusOr<Daemon::ChainLookup> Daemon::LookupChain(const Session& s,
+                                                        absl::Span<const PageKey> chain,
+                                                        uint32_t lease_ms, std::string& tiers) {
+  tiers::LookupResult result = store_->Lookup(s.ns, chain);
+  ChainLookup out;
   // Lookahead first: a leased page is "merged" for the prefetcher, so it
   // would not be queued for promotion after its lease (holds do not stop a
   // promotion).
-  lr->set_prefetching(StartLookahead(s, d, result));  // NVMe hits start coming up now
-  if (const uint32_t lease_ms = d.request.lookup().lease_ms(); lease_ms > 0 && result.hits > 0) {
+  out.prefetching = StartLookahead(s, chain, result);  // NVMe hits start coming up now
+  if (lease_ms > 0 && result.hits > 0) {
     if (!prefetcher_)
       return absl::FailedPreconditionError(
           "LOOKUP: lease_ms needs the prefetcher, and this daemon runs with it off");
-    const uint32_t leased = prefetcher_->LeaseHits(
-        s.ns, absl::MakeConstSpan(d.keys).first(result.hits), absl::Milliseconds(lease_ms));
     // Only what is held may be counted on: the chain ends at the first page
     // that could not be leased.
-    result.hits = leased;
-    result.tiers.resize(leased);
-    lr->set_leased(leased);
+    out.leased = prefetcher_->LeaseHits(s.ns, chain.first(result.hits),
+                                        absl::Milliseconds(lease_ms));
+    result.hits = out.leased;
   }
-  lr->set_hits(result.hits);
-  std::string tiers(result.tiers.size(), '\0');
-  for (size_t i = 0; i < result.tiers.size(); ++i) tiers[i] = static_cast<char>(result.tiers[i]);
+  out.hits = result.hits;
+  for (uint32_t i = 0; i < out.hits; ++i) tiers.push_back(static_cast<char>(result.tiers[i]));
+  return out;
+}
+
+absl::StatusOr<Daemon::Reply> Daemon::HandleLookup(Session& s, const DecodedRequest& d) {
+  if (!d.request.lookup().chain_lengths().empty()) return HandleLookupBatch(s, d);
+  Reply reply;
+  auto* lr = reply.response.mutable_lookup();
+  std::string tiers;
+  ASSIGN_OR_RETURN(ChainLookup chain, LookupChain(s, d.keys, d.request.lookup().lease_ms(), tiers));
+  lr->set_hits(chain.hits);
   lr->set_tiers(std::move(tiers));
+  lr->set_prefetching(chain.prefetching);
+  lr->set_leased(chain.leased);
+  return reply;
+}
+
+// A scheduler's waiting queue in one request: chains in order, each exactly
+// as a single-chain LOOKUP (so later chains may find the tenant's lease cap
+// reached by earlier ones). The decoder checked that chain_lengths cuts the
+// packed keys exactly into chains of 1 to kMaxKeysPerRequest keys; each is
+// copied out into chain_scratch_, whose capacity outlives the request.
+absl::StatusOr<Daemon::Reply> Daemon::HandleLookupBatch(Session& s, const DecodedRequest& d) {
+  const wire::Lookup& l = d.request.lookup();
+  const char* packed = l.keys().data();
+  Reply reply;
+  auto* lr = reply.response.mutable_lookup();
+  lr->mutable_chain_hits()->Reserve(l.chain_lengths_size());
+  lr->mutable_chain_prefetching()->Reserve(l.chain_lengths_size());
+  std::string* tiers = lr->mutable_tiers();
+  tiers->reserve(l.keys().size() / kPageKeyBytes);
+  uint64_t hits = 0, prefetching = 0, leased = 0;
+  for (const uint32_t n : l.chain_lengths()) {
+    chain_scratch_.resize(n);
+    std::memcpy(chain_scratch_.data(), packed, size_t{n} * kPageKeyBytes);
+    packed += size_t{n} * kPageKeyBytes;
+    ASSIGN_OR_RETURN(ChainLookup chain, LookupChain(s, chain_scratch_, l.lease_ms(), *tiers));
+    lr->add_chain_hits(chain.hits);
+    lr->add_chain_prefetching(chain.prefetching);
+    hits += chain.hits;
+    prefetching += chain.prefetching;
+    leased += chain.leased;
+  }
+  // At most kMaxLookupBatchKeys each: they fit.
+  lr->set_hits(static_cast<uint32_t>(hits));
+  lr->set_prefetching(static_cast<uint32_t>(prefetching));
+  lr->set_leased(static_cast<uint32_t>(leased));
   return reply;
 }
 

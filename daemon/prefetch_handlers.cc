@@ -3,6 +3,7 @@
 // best_effort and timeout policies, waiting for in-flight promotions, and
 // layer-wise delivery with a per-layer progress counter in the client's
 // buffer (docs/PROTOCOL.md, "Prefetch").
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -111,6 +112,9 @@ void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& sto
 
 absl::Status Daemon::InitPrefetch() {
   ASSIGN_OR_RETURN(prefetcher_, prefetch::Prefetcher::Create(config_.prefetch, store_.get()));
+  const int target = store_->TierIndex(config_.prefetch.target);
+  for (tiers::TierKind k : {tiers::TierKind::kHbm, tiers::TierKind::kHost, tiers::TierKind::kNvme})
+    below_prefetch_target_[static_cast<size_t>(k)] = store_->TierIndex(k) > target;
   return absl::OkStatus();
 }
 
@@ -143,10 +147,16 @@ absl::StatusOr<Daemon::Reply> Daemon::HandlePrefetch(Session& s, const DecodedRe
   return reply;
 }
 
-uint32_t Daemon::StartLookahead(const Session& s, const DecodedRequest& d,
+uint32_t Daemon::StartLookahead(const Session& s, absl::Span<const PageKey> keys,
                                 const tiers::LookupResult& found) {
   if (!prefetcher_ || found.hits == 0 || s.page_bytes == 0) return 0;
-  return prefetcher_->OnLookup(s.ns, d.keys, found.tiers).queued;
+  // The common case, every hit in RAM already, costs a table look-up per
+  // hit here rather than the prefetcher's per-hit tier search.
+  if (std::none_of(found.tiers.begin(), found.tiers.end(), [&](tiers::TierKind t) {
+        return below_prefetch_target_[static_cast<size_t>(t) & 3];
+      }))
+    return 0;
+  return prefetcher_->OnLookup(s.ns, keys, found.tiers).queued;
 }
 
 bool Daemon::UsesPrefetchPath(const Session& s, const DecodedRequest& d) const {

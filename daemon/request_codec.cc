@@ -24,6 +24,50 @@ absl::StatusOr<std::vector<PageKey>> DecodeKeys(const std::string& packed, absl:
   return keys;
 }
 
+// A batched LOOKUP's chain_lengths must cut `keys` into chains of 1 to
+// kMaxKeysPerRequest keys with nothing left over; the handler relies on it.
+absl::Status CheckChains(const wire::Lookup& l, uint64_t keys) {
+  uint64_t sum = 0;  // 4096 lengths of up to 2^32 - 1: no overflow in 64 bits
+  for (int i = 0; i < l.chain_lengths_size(); ++i) {
+    const uint32_t n = l.chain_lengths(i);
+    if (n == 0)
+      return Invalid(absl::StrCat("LOOKUP: chain ", i, " has no keys (chain_lengths[", i,
+                                  "] is 0; every chain needs at least one key)"));
+    if (n > kMaxKeysPerRequest)
+      return Invalid(absl::StrCat("LOOKUP: chain ", i, " has ", n, " keys, at most ",
+                                  kMaxKeysPerRequest, " per chain"));
+    sum += n;
+  }
+  if (sum != keys)
+    return Invalid(absl::StrCat("LOOKUP: chain_lengths add up to ", sum, " keys, but keys holds ",
+                                keys, " (", keys * kPageKeyBytes, " bytes)"));
+  return absl::OkStatus();
+}
+
+absl::Status DecodeLookup(DecodedRequest& d) {
+  const wire::Lookup& l = d.request.lookup();
+  if (l.chain_lengths().empty()) {
+    ASSIGN_OR_RETURN(d.keys, DecodeKeys(l.keys(), "LOOKUP"));
+    return absl::OkStatus();
+  }
+  // Chains counted first: the cheapest check.
+  if (static_cast<size_t>(l.chain_lengths_size()) > kMaxLookupBatchChains)
+    return Invalid(absl::StrCat("LOOKUP: ", l.chain_lengths_size(), " chains, at most ",
+                                kMaxLookupBatchChains, " per batched request"));
+  // The keys stay packed (up to 512 KiB): the handler copies out one chain
+  // at a time, so a batch costs no second buffer of its size.
+  const std::string& packed = l.keys();
+  if (packed.empty()) return Invalid("LOOKUP (batched): no keys");
+  if (packed.size() % kPageKeyBytes != 0)
+    return Invalid(absl::StrCat("LOOKUP (batched): packed keys are ", packed.size(),
+                                " bytes, not a multiple of ", kPageKeyBytes));
+  const uint64_t keys = packed.size() / kPageKeyBytes;
+  if (keys > kMaxLookupBatchKeys)
+    return Invalid(absl::StrCat("LOOKUP (batched): ", keys, " keys, at most ", kMaxLookupBatchKeys,
+                                " per request"));
+  return CheckChains(l, keys);
+}
+
 absl::Status CheckHello(const wire::Hello& h) {
   if (h.tenant().empty() || h.tenant().size() > kMaxTenantNameBytes)
     return Invalid(absl::StrCat("HELLO: tenant name must be 1-", kMaxTenantNameBytes, " bytes"));
@@ -110,10 +154,7 @@ absl::Status DecodeBody(DecodedRequest& d, absl::Span<const absl::string_view> p
         return Invalid(absl::StrCat("EVICT: unknown tier ", static_cast<int>(e.tier())));
       return absl::OkStatus();
     }
-    case wire::Request::kLookup: {
-      ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.lookup().keys(), "LOOKUP"));
-      return absl::OkStatus();
-    }
+    case wire::Request::kLookup: return DecodeLookup(d);
     case wire::Request::kDelete: {
       ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.delete_().keys(), "DELETE"));
       return absl::OkStatus();

@@ -19,13 +19,19 @@ namespace kvtier::daemon {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr size_t kMaxKeysPerRequest = 4096;
+// A batched LOOKUP (Lookup.chain_lengths): chains of up to kMaxKeysPerRequest
+// keys each, within these totals (the wire schema's LookupBatchLimit).
+inline constexpr size_t kMaxLookupBatchChains = wire::LOOKUP_BATCH_MAX_CHAINS;
+inline constexpr size_t kMaxLookupBatchKeys = wire::LOOKUP_BATCH_MAX_KEYS;
 // Longest tenant name HELLO accepts; the tenants file refuses longer ones.
 inline constexpr size_t kMaxTenantNameBytes = 256;
 inline constexpr size_t kSessionIdBytes = 16;
 
 struct DecodedRequest {
   wire::Request request;
-  std::vector<PageKey> keys;                  // LOOKUP/GET/PUT/DELETE
+  // LOOKUP/GET/PUT/DELETE. Empty for a batched LOOKUP, whose keys stay packed
+  // in request.lookup().keys(), checked to split exactly by chain_lengths.
+  std::vector<PageKey> keys;
   PageKey parent;                             // PUT
   std::vector<absl::string_view> payloads;     // inline PUT pages (views into frames)
 };

@@ -57,6 +57,15 @@ void FillNamespace(const tiers::NamespaceSnapshot& n, wire::NamespaceStats* out)
     (*out->mutable_tier_reserved_bytes())[std::string(tiers::TierName(tier))] = bytes;
 }
 
+void FillWarmup(const WarmStats& w, wire::BufferWarmup* out) {
+  out->set_pending_bytes(w.pending_bytes);
+  out->set_warmed_bytes(w.warmed_bytes);
+  out->set_skipped_bytes(w.skipped_bytes);
+  out->set_buffers(w.buffers);
+  out->set_cancelled(w.cancelled);
+  out->set_failed(w.failed);
+}
+
 }  // namespace
 
 wire::StatsReply Daemon::BuildStats(const Session& s) const {
@@ -97,8 +106,12 @@ wire::StatsReply Daemon::BuildStats(const Session& s) const {
     d->set_request_errors(0);
     d->set_index_pages(0);
   }
-  for (const auto& n : snap.namespaces)
-    if (admin || n.id == s.ns) FillNamespace(n, out.add_namespaces());
+  for (const auto& n : snap.namespaces) {
+    if (!admin && n.id != s.ns) continue;
+    wire::NamespaceStats* ns = out.add_namespaces();
+    FillNamespace(n, ns);
+    FillWarmup(warmer_->Stats(n.id), ns->mutable_warmup());
+  }
   // Latency sums over every namespace's requests: admins only, like the tiers.
   if (admin) FillLatency(metrics_, &out);
   if (admin) FillPrefetchStats(&out);  // daemon-wide, like the tier counters

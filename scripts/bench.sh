@@ -64,7 +64,7 @@ start_kvtierd() {
 start_kvtierd main 2GiB
 start_kvtierd memory 1GiB
 
-SECTIONS=(throughput lookup memory)
+SECTIONS=(throughput lookup lookup_batch memory)
 REDIS_FLAG=()
 if command -v redis-server >/dev/null 2>&1; then
   PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -75,7 +75,7 @@ if command -v redis-server >/dev/null 2>&1; then
     redis-cli -h 127.0.0.1 -p "$PORT" ping >/dev/null 2>&1 && break
     sleep 0.1
   done
-  SECTIONS=(throughput lookup redis memory)
+  SECTIONS=(throughput lookup lookup_batch redis memory)
   REDIS_FLAG=(--redis="127.0.0.1:$PORT")
 else
   echo "bench: redis-server not installed (scripts/setup.sh installs it); skipping the Redis baseline"

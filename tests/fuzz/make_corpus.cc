@@ -88,6 +88,17 @@ int main(int argc, char** argv) {
     r.mutable_lookup()->set_keys(Keys(4097));
     Write(dir, "bad_lookup_too_many", r);
   }
+  {  // Batched LOOKUP: chain_lengths cut keys into chains.
+    Request r = Base(4);
+    r.mutable_lookup()->set_keys(Keys(6));
+    for (uint32_t n : {1, 3, 2}) r.mutable_lookup()->add_chain_lengths(n);
+    r.mutable_lookup()->set_lease_ms(500);
+    Write(dir, "lookup_batch", r);
+    r.mutable_lookup()->set_chain_lengths(1, 0);  // an empty chain
+    Write(dir, "bad_lookup_batch_empty_chain", r);
+    r.mutable_lookup()->set_chain_lengths(1, 4);  // lengths sum to 7, keys hold 6
+    Write(dir, "bad_lookup_batch_sum", r);
+  }
   {
     Request r = Base(5);
     r.mutable_get()->set_keys(Keys(2));

@@ -18,6 +18,19 @@ bool Inside(absl::string_view inner, const uint8_t* data, size_t size) {
   return inner.empty() || (inner.data() >= b && inner.data() + inner.size() <= b + size);
 }
 
+// A batched LOOKUP's chains cut its keys exactly, none empty or over the
+// single-chain limit (HandleLookupBatch walks them without checking).
+void CheckChains(const kvtier::wire::Lookup& l, size_t keys) {
+  Require(static_cast<size_t>(l.chain_lengths_size()) <= kvtier::daemon::kMaxLookupBatchChains);
+  Require(keys >= 1 && keys <= kvtier::daemon::kMaxLookupBatchKeys);
+  uint64_t sum = 0;
+  for (uint32_t n : l.chain_lengths()) {
+    Require(n >= 1 && n <= kvtier::daemon::kMaxKeysPerRequest);
+    sum += n;
+  }
+  Require(sum == keys);
+}
+
 // What the handlers rely on once DecodeRequest said yes.
 void CheckAccepted(const kvtier::daemon::DecodedRequest& d, size_t frames, const uint8_t* data,
                    size_t size) {
@@ -27,9 +40,18 @@ void CheckAccepted(const kvtier::daemon::DecodedRequest& d, size_t frames, const
   Require(r.body_case() != Request::BODY_NOT_SET);
   Require(r.has_hello() || r.session_id().size() == kvtier::daemon::kSessionIdBytes);
   Require(kvtier::daemon::RequestName(r) != "UNKNOWN");
+  const bool batch = r.has_lookup() && r.lookup().chain_lengths_size() > 0;
   Require(d.keys.size() <= kvtier::daemon::kMaxKeysPerRequest);
   switch (r.body_case()) {
     case Request::kLookup:
+      Require(frames == 1);
+      if (batch) {  // keys stay packed: whole keys, cut exactly by the chains
+        Require(d.keys.empty() && r.lookup().keys().size() % kvtier::kPageKeyBytes == 0);
+        CheckChains(r.lookup(), r.lookup().keys().size() / kvtier::kPageKeyBytes);
+      } else {
+        Require(!d.keys.empty());
+      }
+      break;
     case Request::kDelete: Require(!d.keys.empty() && frames == 1); break;
     case Request::kGet:
       Require(!d.keys.empty() && frames == 1);

@@ -5,3 +5,6 @@ kvtier_test(NAME daemon_test
        ${CMAKE_CURRENT_LIST_DIR}/daemon_security_test.cc
   DEPS kvtier_daemon kvtier_client
   LABELS unit)
+# The registered-buffer warm-up, stepped by hand over real shm objects.
+kvtier_test(NAME buffer_warmer_test SRCS ${CMAKE_CURRENT_LIST_DIR}/buffer_warmer_test.cc
+            DEPS kvtier_daemon LABELS unit)

@@ -146,6 +146,37 @@ TEST(RequestCodecTest, ChecksKeysAndTransfers) {
   EXPECT_THAT(std::string(Decode({Frame(r)}).message()), HasSubstr("must look like"));
 }
 
+// Batched LOOKUP: chain_lengths must cut the keys exactly into chains of
+// 1..kMaxKeysPerRequest, within the batch limits; the decoded keys are all
+// chains' keys, one after another.
+TEST(RequestCodecTest, BatchedLookupChains) {
+  auto batch = [](size_t keys, std::vector<uint32_t> lengths) {
+    wire::Request r = Base();
+    r.mutable_lookup()->set_keys(std::string(16 * keys, 'k'));
+    for (uint32_t n : lengths) r.mutable_lookup()->add_chain_lengths(n);
+    return Frame(r);
+  };
+  const std::string ok = batch(6, {1, 3, 2});
+  std::vector<absl::string_view> views{ok};
+  uint64_t id = 0;
+  auto d = DecodeRequest(views, &id);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->keys.empty());  // left packed for the handler
+  EXPECT_EQ(d->request.lookup().keys().size(), 6u * 16);
+  EXPECT_THAT(std::string(Decode({batch(6, {1, 0, 5})}).message()), HasSubstr("chain 1 has no keys"));
+  EXPECT_THAT(std::string(Decode({batch(6, {1, 3})}).message()),
+              HasSubstr("add up to 4 keys, but keys holds 6"));
+  EXPECT_THAT(std::string(Decode({batch(4097, {4097})}).message()),
+              HasSubstr("chain 0 has 4097 keys, at most 4096 per chain"));
+  EXPECT_THAT(std::string(Decode({batch(2, std::vector<uint32_t>(kMaxLookupBatchChains + 1, 1))})
+                              .message()),
+              HasSubstr("4097 chains, at most 4096"));
+  EXPECT_THAT(std::string(Decode({batch(kMaxLookupBatchKeys + 1, {1})}).message()),
+              HasSubstr("32769 keys, at most 32768"));
+  // Past the single-chain limit, within the batch's: accepted.
+  EXPECT_TRUE(Decode({batch(kMaxLookupBatchKeys, std::vector<uint32_t>(8, 4096))}).ok());
+}
+
 TEST(RequestCodecTest, HelloValidatesLayout) {
   wire::Request r;
   r.set_version(1);

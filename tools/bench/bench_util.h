@@ -31,6 +31,9 @@ struct BenchOptions {
   int lookup_calls = 21000;
   int lookup_threads = 4;
   double lookup_seconds = 0.5;  // per repeat of the multi-thread run
+  int batch_chains = 256;       // lookup_batch: chains per batched LOOKUP
+  int batch_keys = 64;          // lookup_batch: keys per chain
+  int batch_calls = 200;        // lookup_batch: batched LOOKUPs per repeat
   uint64_t memory_pages = 250000;
   int memory_chain = 64;
   std::string redis;  // host:port
@@ -94,6 +97,7 @@ struct Rig {
 // Redis comparison divides by.
 absl::StatusOr<nlohmann::json> RunThroughput(const BenchOptions& o);
 absl::StatusOr<nlohmann::json> RunLookup(const BenchOptions& o);
+absl::StatusOr<nlohmann::json> RunLookupBatch(const BenchOptions& o);
 absl::StatusOr<nlohmann::json> RunRedis(const BenchOptions& o, const nlohmann::json& kvtier);
 absl::StatusOr<nlohmann::json> RunMemory(const BenchOptions& o);
 absl::StatusOr<nlohmann::json> RunNvme(const BenchOptions& o);

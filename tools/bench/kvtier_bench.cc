@@ -1,6 +1,7 @@
 // kvtier-bench: the figures in docs/BENCHMARKS.md, measured against a running
 // kvtierd (and redis-server for the baseline). scripts/bench.sh starts both
 // and runs every section; each figure is a median over --repeats.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "bench/first_get_bench.h"
 #include "bench/zmq_floor.h"
 #include "kvtier/cli.h"
 
@@ -28,11 +30,18 @@ ABSL_FLAG(int, lookup_chain, 64, "keys per LOOKUP");
 ABSL_FLAG(int, lookup_calls, 21000, "timed single-client LOOKUPs");
 ABSL_FLAG(int, lookup_threads, 4, "client threads for the LOOKUPs/s figure");
 ABSL_FLAG(double, lookup_seconds, 0.5, "seconds per repeat of the multi-thread run");
+ABSL_FLAG(int, batch_chains, 256, "`lookup_batch`: chains per batched LOOKUP");
+ABSL_FLAG(int, batch_keys, 64, "`lookup_batch`: keys per chain");
+ABSL_FLAG(int, batch_calls, 200, "`lookup_batch`: batched LOOKUPs per repeat");
 ABSL_FLAG(uint64_t, memory_pages, 250000, "1 KiB pages to index in `memory`");
 ABSL_FLAG(int, memory_chain, 64, "pages per PUT in `memory`");
 ABSL_FLAG(std::string, redis, "", "redis-server HOST:PORT for `redis`");
 ABSL_FLAG(uint64_t, fill_pages, 100000, "pages `fill` stores");
 ABSL_FLAG(std::string, fill_page_bytes, "4KiB", "page size for `fill`");
+ABSL_FLAG(std::string, first_get_baseline_endpoint, "",
+          "`first_get`: a daemon with --buffer_warmup=false, measured the same way (baseline)");
+ABSL_FLAG(std::string, first_get_sizes, "8MiB,72MiB,256MiB", "`first_get`: fresh buffer sizes");
+ABSL_FLAG(std::string, first_get_page_bytes, "1MiB", "`first_get`: page size");
 
 namespace kvtier::bench {
 namespace {
@@ -64,6 +73,9 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   o.lookup_calls = absl::GetFlag(FLAGS_lookup_calls);
   o.lookup_threads = absl::GetFlag(FLAGS_lookup_threads);
   o.lookup_seconds = absl::GetFlag(FLAGS_lookup_seconds);
+  o.batch_chains = std::max(1, absl::GetFlag(FLAGS_batch_chains));
+  o.batch_keys = std::clamp(absl::GetFlag(FLAGS_batch_keys), 1, 4096);
+  o.batch_calls = std::max(1, absl::GetFlag(FLAGS_batch_calls));
   o.memory_pages = absl::GetFlag(FLAGS_memory_pages);
   o.memory_chain = absl::GetFlag(FLAGS_memory_chain);
   o.redis = absl::GetFlag(FLAGS_redis);
@@ -88,6 +100,13 @@ nlohmann::json JudgeTargets(const nlohmann::json& r) {
     add("LOOKUP p99 (us), 64-key chain", r["lookup"]["latency_us"]["p99"], "<=", 100);
     add("LOOKUPs/s, 4 clients", r["lookup"]["lookups_per_s"]["median"], ">=", 50000);
   }
+  if (r.contains("lookup_batch")) {
+    const auto& b = r["lookup_batch"];
+    add("batched LOOKUP chains/s, 256 x 64 keys, 1 client", b["batch"]["chains_per_s"]["median"],
+        ">=", 200000);
+    add("LOOKUP/zmq echo p50, interleaved", b["single_vs_floor"]["ratio_p50"]["median"], "<=", 1.1);
+    add("LOOKUP/zmq echo p99, interleaved", b["single_vs_floor"]["ratio_p99"]["median"], "<=", 1.1);
+  }
   if (r.contains("redis"))
     for (const auto& s : r["redis"]) {
       if (s["page_bytes"] != (1u << 20) || !s["get_batch"].contains("kvtier_over_redis")) continue;
@@ -96,6 +115,10 @@ nlohmann::json JudgeTargets(const nlohmann::json& r) {
     }
   if (r.contains("memory"))
     add("daemon RssAnon bytes per indexed page", r["memory"]["rss_anon_bytes_per_page"], "<=", 200);
+  if (r.contains("first_get"))
+    for (const auto& s : r["first_get"]["sizes"])
+      add("first/warm GET, fresh " + HumanBytes(s["buffer_bytes"].get<uint64_t>()) + " buffer",
+          s["warmup"]["ratio_of_medians"], "<=", 1.5);
   return t;
 }
 
@@ -109,8 +132,9 @@ int Main(const std::vector<std::string>& commands) {
     return false;
   };
   for (const auto& c : commands)
-    if (c != "all" && c != "throughput" && c != "lookup" && c != "redis" && c != "memory" &&
-        c != "nvme" && c != "fill")
+    if (c != "all" && c != "throughput" && c != "lookup" && c != "lookup_batch" && c != "redis" &&
+        c != "memory" &&
+        c != "nvme" && c != "fill" && c != "first_get")
       return Fail(absl::InvalidArgumentError("unknown section '" + c + "'"));
   nlohmann::json report = {{"options",
                             {{"endpoint", o.endpoint}, {"memory_endpoint", o.memory_endpoint},
@@ -128,6 +152,11 @@ int Main(const std::vector<std::string>& commands) {
     if (!r.ok()) return Fail(r.status());
     report["lookup"] = *r;
   }
+  if (wants("lookup_batch")) {
+    auto r = RunLookupBatch(o);
+    if (!r.ok()) return Fail(r.status());
+    report["lookup_batch"] = *r;
+  }
   if (wants("redis")) {
     auto r = RunRedis(o, report.value("throughput", nlohmann::json::array()));
     if (!r.ok()) return Fail(r.status());
@@ -138,12 +167,27 @@ int Main(const std::vector<std::string>& commands) {
     if (!r.ok()) return Fail(r.status());
     report["memory"] = *r;
   }
-  // Not part of `all`: they need a daemon set up for them (scripts/bench_nvme_daemon.sh).
+  // Not part of `all`: they need a daemon set up for them (scripts/bench_nvme_daemon.sh,
+  // tools/bench/first_get.sh).
   for (const auto& c : commands) {
     if (c == "nvme") {
       auto r = RunNvme(o);
       if (!r.ok()) return Fail(r.status());
       report["nvme"] = *r;
+    }
+    if (c == "first_get") {
+      FirstGetOptions f;
+      f.baseline_endpoint = absl::GetFlag(FLAGS_first_get_baseline_endpoint);
+      bool ok = true, all_ok = true;
+      for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_first_get_sizes), ',')) {
+        f.buffer_sizes.push_back(ParseBytes(std::string(s), &ok));
+        all_ok &= ok;
+      }
+      f.page_bytes = ParseBytes(absl::GetFlag(FLAGS_first_get_page_bytes), &ok);
+      if (!ok || !all_ok) return Fail(absl::InvalidArgumentError("bad --first_get_sizes/--first_get_page_bytes"));
+      auto r = RunFirstGet(o, f);
+      if (!r.ok()) return Fail(r.status());
+      report["first_get"] = *r;
     }
     if (c == "fill") {
       bool ok = false;
@@ -176,7 +220,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "measures a running kvtierd for docs/BENCHMARKS.md (each figure a median over "
       "--repeats); scripts/bench.sh starts the daemons and runs everything.\n"
-      "  kvtier-bench [throughput] [lookup] [redis] [memory] [nvme] [fill] [all] --endpoint=ipc://... "
+      "  kvtier-bench [throughput] [lookup] [lookup_batch] [redis] [memory] [nvme] [fill] [first_get] [all] --endpoint=ipc://... "
       "[--memory_endpoint=...] [--redis=127.0.0.1:PORT] [--json=FILE]");
   if (commands.size() == 2 && commands[0] == "zmq-echo") return kvtier::bench::RunZmqEcho(commands[1]);
   if (commands.empty()) commands.push_back("all");

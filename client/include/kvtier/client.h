@@ -128,6 +128,20 @@ class Client {
   // The same, taking a lease on the hits (see LookupOptions).
   absl::StatusOr<LookupResult> Lookup(absl::Span<const PageKey> keys,
                                       const LookupOptions& options);
+  // Many chains in one round trip (a scheduler's waiting queue):
+  // result[i] answers chains[i] as Lookup(chains[i], options) would — its
+  // leading hits, their tiers, its lookahead count and, with a lease,
+  // leased == hits. Chains are looked up in order, so with a lease a later
+  // chain may be cut where earlier ones used up the tenant's lease cap. An
+  // empty chain answers hits 0 and is not sent. Up to 4096 chains and 32768
+  // keys go in one request (docs/PROTOCOL.md, "Batched LOOKUP"); a longer
+  // list goes as several requests, one after another. InvalidArgument (and
+  // nothing sent) when a chain has more keys than the daemon's per-request
+  // limit (4096); Unimplemented from a daemon that predates batching.
+  absl::StatusOr<std::vector<LookupResult>> LookupBatch(
+      absl::Span<const absl::Span<const PageKey>> chains, const LookupOptions& options = {});
+  absl::StatusOr<std::vector<LookupResult>> LookupBatch(
+      absl::Span<const std::vector<PageKey>> chains, const LookupOptions& options = {});
 
   // Copies present pages into the buffer at offsets[i] (one per key). Returns
   // each key's tier, kNone for a miss (its bytes in the buffer are untouched).

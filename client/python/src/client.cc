@@ -1,6 +1,7 @@
 // kvtier._native.Client: connect, buffers, lookup, delete, prefetch and the
-// operator calls. Data-moving calls are in client_data.cc, lookup_async in
-// lookup_async.cc, CUDA tensor registration in device.cc.
+// operator calls. Data-moving calls are in client_data.cc, lookup_batch in
+// client_lookup.cc, lookup_async in lookup_async.cc, CUDA tensor registration
+// in device.cc.
 #include "client.h"
 
 #include "absl/strings/str_cat.h"
@@ -216,6 +217,7 @@ void BindClient(py::module_& m) {
         return d;
       });
   BindClientData(c);
+  BindLookupBatch(c);
   BindAsyncMethods(m, c);
   BindDeviceMethods(c);
 }

@@ -76,8 +76,20 @@ struct PyLookupResult {
   uint32_t leased = 0;
 };
 PyLookupResult ToPy(const LookupResult& r);
+py::list ToPyList(const std::vector<LookupResult>& results);
+
+// lookup_batch's chains, copied out of Python (GIL held) into one array.
+struct ParsedChains {
+  std::vector<PageKey> keys;   // every chain, one after another
+  std::vector<size_t> lengths;  // keys per chain (0 for an empty one)
+  // Views of each chain into `keys` (valid while this lives, unmoved).
+  std::vector<absl::Span<const PageKey>> Spans() const;
+};
+// A sequence of chains, each what ParseKeys takes; errors name chains[i].
+ParsedChains ParseChains(const py::handle& chains);
 
 void BindClientData(py::class_<PyClient>& c);     // get/put/get_layers/inline (client_data.cc)
 void BindDeviceMethods(py::class_<PyClient>& c);  // _register_cuda (device.cc)
+void BindLookupBatch(py::class_<PyClient>& c);    // lookup_batch (client_lookup.cc)
 
 }  // namespace kvtier::py

@@ -11,7 +11,7 @@
 namespace kvtier::py {
 namespace {
 
-void Finish(LookupJob& job, absl::StatusOr<LookupResult> r) {
+void Finish(LookupJob& job, absl::StatusOr<std::vector<LookupResult>> r) {
   {
     std::lock_guard<std::mutex> lock(job.mu);
     job.result = std::move(r);
@@ -25,14 +25,30 @@ bool IsDone(LookupJob& job) {
   return job.done;
 }
 
-// The finished job's result in Python terms; raises its error.
-PyLookupResult Result(LookupJob& job) {
-  absl::StatusOr<LookupResult> r;
+// The finished job's result in Python terms (a LookupResult, or a list of
+// them for a batch); raises its error.
+py::object Result(LookupJob& job) {
+  absl::StatusOr<std::vector<LookupResult>> r;
   {
     std::lock_guard<std::mutex> lock(job.mu);
     r = job.result;
   }
-  return ToPy(Check(std::move(r)));
+  std::vector<LookupResult> results = Check(std::move(r));
+  if (job.batch) return ToPyList(results);
+  return py::cast(ToPy(results.at(0)));
+}
+
+// The LOOKUP a job asks for, on the worker's own session.
+absl::StatusOr<std::vector<LookupResult>> RunJob(Client& client, LookupJob& job) {
+  if (job.batch) {
+    std::vector<absl::Span<const PageKey>> spans = job.chains.Spans();
+    return client.LookupBatch(absl::MakeConstSpan(spans), job.options);
+  }
+  absl::StatusOr<LookupResult> one = client.Lookup(job.keys, job.options);
+  if (!one.ok()) return one.status();
+  std::vector<LookupResult> out;
+  out.push_back(*std::move(one));
+  return out;
 }
 
 class LookupFuture {
@@ -42,10 +58,10 @@ class LookupFuture {
   // None while pending; the result (or its exception) once done.
   py::object Poll() const {
     if (!IsDone(*job_)) return py::none();
-    return py::cast(Result(*job_));
+    return Result(*job_);
   }
   // Waits (GIL released) up to `timeout` seconds (None: forever).
-  PyLookupResult Wait(const py::object& timeout) const {
+  py::object Wait(const py::object& timeout) const {
     const bool forever = timeout.is_none();
     const double seconds = forever ? 0.0 : std::max(0.0, timeout.cast<double>());
     bool done;
@@ -117,7 +133,7 @@ void AsyncLookups::Run() {
       }
       client = *std::move(c);
     }
-    Finish(*job, client->Lookup(job->keys, job->options));
+    Finish(*job, RunJob(*client, *job));
   }
 }
 
@@ -127,7 +143,8 @@ void BindAsyncMethods(py::module_& m, py::class_<PyClient>& c) {
                            "result(timeout=None); never blocks unless result() is called.")
       .def("done", &LookupFuture::Done)
       .def("poll", &LookupFuture::Poll)
-      .def("result", &LookupFuture::Wait, py::arg("timeout") = py::none());
+      .def("result", &LookupFuture::Wait, py::arg("timeout") = py::none(),
+           "The LookupResult (a list of them for lookup_batch_async); raises its error.");
   c.def(
       "lookup_async",
       [](PyClient& self, const py::handle& keys, int64_t lease_ms) {
@@ -139,6 +156,19 @@ void BindAsyncMethods(py::module_& m, py::class_<PyClient>& c) {
         return LookupFuture(std::move(job));
       },
       py::arg("keys"), py::arg("lease_ms") = 0);
+  c.def(
+      "lookup_batch_async",
+      [](PyClient& self, const py::handle& chains, int64_t lease_ms) {
+        if (lease_ms < 0) throw py::value_error("lease_ms must be >= 0");
+        auto job = std::make_shared<LookupJob>();
+        job->batch = true;
+        job->chains = ParseChains(chains);
+        job->options.lease = std::chrono::milliseconds(lease_ms);
+        self.async().Submit(job);
+        return LookupFuture(std::move(job));
+      },
+      py::arg("chains"), py::arg("lease_ms") = 0,
+      "lookup_batch without blocking: a LookupFuture whose result() is the list.");
 }
 
 }  // namespace kvtier::py

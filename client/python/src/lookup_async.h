@@ -14,14 +14,18 @@
 
 namespace kvtier::py {
 
-// One pending or finished LOOKUP. Shared by the worker and the future.
+// One pending or finished LOOKUP (one chain, or a batch of chains). Shared
+// by the worker and the future.
 struct LookupJob {
-  std::vector<PageKey> keys;
+  std::vector<PageKey> keys;  // batch: every chain, one after another
+  bool batch = false;
+  ParsedChains chains;        // batch only
   LookupOptions options;
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  absl::StatusOr<LookupResult> result = absl::UnknownError("not run");
+  // One result per chain (one for a single-chain LOOKUP).
+  absl::StatusOr<std::vector<LookupResult>> result = absl::UnknownError("not run");
 };
 
 class AsyncLookups {
