@@ -131,7 +131,10 @@ TEST_F(LookupBatchTest, EachChainIsAnsweredAsASingleLookupAndNvmeHitsComeUp) {
     return p.promoted_pages() + p.failed() + p.dropped() >= queued;
   }));
   ExpectGet(nvme(), TierKind::kHost);
-  EXPECT_GE(Prefetch().completed_in_time(), kLen);
+  // In time or late (a GET that caught a promotion still finishing counts as
+  // late): either way every page of the chain was promoted before it was read.
+  const wire::PrefetchStats p = Prefetch();
+  EXPECT_GE(p.completed_in_time() + p.late(), kLen);
 }
 
 // Room for two chains' leases (16 pages).
