@@ -37,12 +37,16 @@ void Prefetcher::Finish(const Job& job, tiers::PromoteResult result,
     // cap: no session's declared page size can stretch it.
     const uint64_t bytes = result.pin.bytes();
     uint64_t& leased = leased_by_ns_[job.ns];
+    // A promoted page left unleased (none asked for, or over the cap) is
+    // watched like an expired lease, so its read still counts as in time.
+    const bool watch = run.is_prefetch && !late && watch_.size() < config_.max_watched;
     if (job.lease <= absl::ZeroDuration()) {
-      // no lease was asked for: the pin goes back below
+      if (watch) watch_[id] = now;  // the pin goes back below
     } else if (auto old = leases_.find(id); old != leases_.end()) {
       old->second.expiry = std::max(old->second.expiry, now + job.lease);  // keeps its pin
     } else if (leased + bytes > max_leased_per_ns_) {
       ++c_.lease_refused;
+      if (watch) watch_[id] = now;
     } else {
       Lease lease{std::move(result.pin), now + job.lease, now, bytes,
                   /*counted=*/late || !run.is_prefetch};

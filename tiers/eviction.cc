@@ -1,12 +1,25 @@
-// Eviction: pick the global LRU victim of a tier (leaf-first), then drop it
-// from the last tier or demote it one tier down, as the caller's EvictMode
-// allows; and the evictor thread that keeps each tier between its
-// watermarks, cleans cold RAM pages ahead of need and finishes record
-// deletions queued by the frontend, all off the request path. No shard lock
-// is held while a page is copied or while a lower tier makes room.
+// Eviction: pick a victim of a tier (leaf-first), then drop it from the
+// last tier or demote it one tier down, as the caller's EvictMode allows;
+// and the evictor thread that keeps each tier between its watermarks, cleans
+// cold RAM pages ahead of need and finishes record deletions queued by the
+// frontend, all off the request path. No shard lock is held while a page is
+// copied or while a lower tier makes room.
+//
+// Victim choice costs the same with one tenant or a thousand (page_index.h
+// has the lists): a tier-wide pick reads every shard's lock-free "oldest
+// page" stamp, scans the shard holding the oldest page (its tier list, one
+// list across namespaces, for the oldest leaf) and stops there unless
+// another shard's oldest page is older than the leaf it found (a pinned or
+// non-leaf tail). A namespace's own pick (its quota, an operator) scans that
+// namespace's list in every shard. Which pages a scan may take (never
+// pinned or held, the mode's filter, reserves' headroom) is decided in one
+// place, the list scan of page_index.cc.
 #include <algorithm>
+#include <functional>
+#include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "kvtier/test_hooks.h"
 #include "tiers/tier_manager_impl.h"
 
@@ -49,6 +62,40 @@ std::optional<VictimFilter> TierManager::Impl::FilterFor(size_t t, EvictMode mod
 }
 
 int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
+                                       const ReserveView* reserves) {
+  if (ns != 0) return BestVictimShard(t, ns, filter, reserves);
+  // Shards by the stamp of their oldest page, oldest first (a min-heap,
+  // popped lazily). That stamp bounds every victim of the shard from below,
+  // so once the best victim found is a leaf older than the next shard's
+  // oldest page, no shard left can offer a better one: usually the first
+  // shard's tail is that leaf (chains are touched tail-first), and one shard
+  // is scanned. The result is the one a scan of every shard would give.
+  const auto tier = static_cast<uint8_t>(t);
+  using Oldest = std::pair<uint64_t, uint32_t>;  // (stamp, shard)
+  absl::InlinedVector<Oldest, 16> heap;
+  for (uint32_t i = 0; i < index.num_shards(); ++i) {
+    const uint64_t stamp = index.shard(i).OldestStamp(tier);
+    if (stamp != UINT64_MAX) heap.emplace_back(stamp, i);
+  }
+  std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  Victim best;
+  int best_shard = -1;
+  while (!heap.empty() && !(best.leaf && best.stamp < heap.front().first)) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const uint32_t i = heap.back().second;
+    heap.pop_back();
+    IndexShard& shard = index.shard(i);
+    absl::MutexLock lock(&shard.mu);
+    Victim v = shard.FindVictimLocked(tier, 0, ScanLimit(t), filter, reserves);
+    if (v.BetterThan(best)) {
+      best = v;
+      best_shard = static_cast<int>(i);
+    }
+  }
+  return best_shard;
+}
+
+int TierManager::Impl::BestVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
                                        const ReserveView* reserves) {
   Victim best;
   int best_shard = -1;

@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<Tier>> CreateHostTier(const HostTierConfig& confi
   ASSIGN_OR_RETURN(auto arena, SlabArena::Create(config.capacity_bytes, config.slab_bytes));
   ASSIGN_OR_RETURN(auto region,
                    ShmRegion::Create(config.shm_name, arena->capacity(), config.hugepages));
-  region->PopulateInBackground();
+  if (config.prefault) region->PopulateInBackground();
   return std::unique_ptr<Tier>(new HostTier(std::move(region), std::move(arena)));
 }
 

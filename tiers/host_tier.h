@@ -21,6 +21,10 @@ struct HostTierConfig {
   uint64_t slab_bytes = 16ull << 20;
   std::string shm_name;  // empty: "/kvtier-host-<pid>"; unlinked at destruction
   HugepageMode hugepages = HugepageMode::kAuto;
+  // Fault the whole arena in on a background thread at start, so no PUT
+  // pays a first touch. Off: pages are faulted as slots are first used
+  // (kvtier-scale-bench, so RSS follows the pages stored).
+  bool prefault = true;
 
   absl::Status Validate() const;
 };

@@ -1,7 +1,8 @@
 // LruList: an intrusive doubly-linked recency list. Nodes carry their own
-// prev/next pointers, so a page costs no allocation to list and relinking on
-// every touch is O(1). Head is newest, tail oldest. Not thread-safe: a list
-// belongs to one index shard and is used under that shard's lock.
+// links (one LruLinks member per list a node can be on, named by the list's
+// second template argument), so a page costs no allocation to list and
+// relinking on every touch is O(1). Head is newest, tail oldest. Not
+// thread-safe: a list belongs to one index shard and is used under its lock.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +10,12 @@
 namespace kvtier::tiers {
 
 template <typename Node>
+struct LruLinks {
+  Node* prev = nullptr;  // toward the head (newer)
+  Node* next = nullptr;  // toward the tail (older)
+};
+
+template <typename Node, LruLinks<Node> Node::*kLinks>
 class LruList {
  public:
   Node* head() const { return head_; }
@@ -17,24 +24,25 @@ class LruList {
   bool empty() const { return size_ == 0; }
 
   void PushFront(Node* n) {
-    n->prev = nullptr;
-    n->next = head_;
-    if (head_ != nullptr) head_->prev = n;
+    L(n).prev = nullptr;
+    L(n).next = head_;
+    if (head_ != nullptr) L(head_).prev = n;
     head_ = n;
     if (tail_ == nullptr) tail_ = n;
     ++size_;
   }
 
   void Remove(Node* n) {
-    if (n->prev != nullptr)
-      n->prev->next = n->next;
+    LruLinks<Node>& l = L(n);
+    if (l.prev != nullptr)
+      L(l.prev).next = l.next;
     else
-      head_ = n->next;
-    if (n->next != nullptr)
-      n->next->prev = n->prev;
+      head_ = l.next;
+    if (l.next != nullptr)
+      L(l.next).prev = l.prev;
     else
-      tail_ = n->prev;
-    n->prev = n->next = nullptr;
+      tail_ = l.prev;
+    l.prev = l.next = nullptr;
     --size_;
   }
 
@@ -45,9 +53,13 @@ class LruList {
   }
 
   // Next-newer node from `n` (toward the head), for tail-first scans.
-  static Node* Newer(Node* n) { return n->prev; }
+  static Node* Newer(Node* n) { return L(n).prev; }
+  // Next-older node from `n` (toward the tail), for head-first scans.
+  static Node* Older(Node* n) { return L(n).next; }
 
  private:
+  static LruLinks<Node>& L(Node* n) { return n->*kLinks; }
+
   Node* head_ = nullptr;
   Node* tail_ = nullptr;
   size_t size_ = 0;

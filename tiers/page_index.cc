@@ -1,43 +1,19 @@
-// IndexShard: map, LRU lists and the per-shard victim scan. Recency stamps
-// are taken under the shard lock, so every list stays ordered by stamp and
-// the global LRU page of a tier is the oldest of the lists' tails.
+// IndexShard: map, recency lists and the per-shard victim scan (the design
+// is at the top of page_index.h). Recency stamps are taken under the shard
+// lock, so every list stays ordered by stamp: a list's tail is its oldest
+// page, and a shard's oldest page of a tier is the oldest of its tier list's
+// tail and its reserved namespaces' tails.
 #include "tiers/page_index.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace kvtier::tiers {
-
-PageEntry* IndexShard::FindLocked(NamespaceId ns, const PageKey& key) const {
-  auto it = map_.find(IndexKey{ns, key});
-  return it == map_.end() ? nullptr : *it;
-}
-
-void IndexShard::InsertLocked(PageEntry* e, uint64_t stamp) {
-  map_.insert(e);
-  e->stamp = stamp;
-  ListFor(e->tier, e->ns).PushFront(e);
-}
-
-void IndexShard::DetachLocked(PageEntry* e) {
-  map_.erase(e);
-  ListFor(e->tier, e->ns).Remove(e);
-  e->flags |= PageEntry::kDetached;
-}
-
-void IndexShard::TouchLocked(PageEntry* e, uint64_t stamp) {
-  e->stamp = stamp;
-  ListFor(e->tier, e->ns).MoveToFront(e);
-}
-
-void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, uint64_t stamp) {
-  ListFor(e->tier, e->ns).Remove(e);
-  e->tier = tier;
-  e->stamp = stamp;
-  ListFor(tier, e->ns).PushFront(e);
-}
-
 namespace {
 
+// The one definition of what a victim scan may take (besides reserves):
+// never a pinned page (a reader, a mover or a lease hold), and only pages
+// of the kind the caller's eviction mode allows.
 bool Matches(const PageEntry* e, VictimFilter filter) {
   if (e->pins > 0) return false;
   switch (filter) {
@@ -50,10 +26,11 @@ bool Matches(const PageEntry* e, VictimFilter filter) {
   return false;
 }
 
-}  // namespace
-
-Victim IndexShard::ScanList(const List& list, uint32_t scan_limit, VictimFilter filter,
-                            uint64_t headroom) {
+// Leaf-first within a window: the first leaf among the `scan_limit` oldest
+// eligible pages of `list`, else the oldest eligible non-leaf of that
+// window. `headroom` cuts the list where a namespace's reserve begins.
+template <typename List>
+Victim ScanList(const List& list, uint32_t scan_limit, VictimFilter filter, uint64_t headroom) {
   Victim fallback;
   uint32_t scanned = 0;
   PageEntry* e = list.tail();
@@ -77,32 +54,128 @@ Victim IndexShard::ScanList(const List& list, uint32_t scan_limit, VictimFilter 
   return fallback;
 }
 
+template <typename List>
+PageEntry* RecentClean(const List& list, uint32_t scan_limit) {
+  uint32_t scanned = 0;
+  for (PageEntry* e = list.head(); e != nullptr && scanned < scan_limit;
+       e = List::Older(e), ++scanned) {
+    if (e->pins == 0 && e->clean()) return e;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+IndexShard::IndexShard() {
+  for (auto& o : oldest_) o.store(UINT64_MAX, std::memory_order_relaxed);
+}
+
+PageEntry* IndexShard::FindLocked(NamespaceId ns, const PageKey& key) const {
+  auto it = map_.find(IndexKey{ns, key});
+  return it == map_.end() ? nullptr : *it;
+}
+
+void IndexShard::InsertLocked(PageEntry* e, uint64_t stamp) {
+  map_.insert(e);
+  e->stamp = stamp;
+  LinkLocked(e);
+}
+
+void IndexShard::DetachLocked(PageEntry* e) {
+  map_.erase(e);
+  UnlinkLocked(e);
+  e->flags |= PageEntry::kDetached;
+}
+
+void IndexShard::TouchLocked(PageEntry* e, uint64_t stamp) {
+  UnlinkLocked(e);
+  e->stamp = stamp;
+  LinkLocked(e);
+}
+
+void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, uint64_t stamp) {
+  UnlinkLocked(e);
+  e->tier = tier;
+  e->stamp = stamp;
+  LinkLocked(e);
+}
+
+void IndexShard::MarkReservedLocked(uint8_t tier, NamespaceId ns) {
+  TierLists& l = Lists(tier);
+  if (l.Reserved(ns)) return;
+  if (ns >= l.is_reserved.size()) l.is_reserved.resize(ns + 1, false);
+  l.is_reserved[ns] = true;
+  l.reserved.push_back(ns);
+}
+
+IndexShard::NsList& IndexShard::TierLists::ListFor(NamespaceId ns) {
+  if (ns >= by_ns.size()) by_ns.resize(ns + 1);
+  return by_ns[ns];
+}
+
+IndexShard::TierLists& IndexShard::Lists(uint8_t tier) {
+  if (tier >= tiers_.size()) tiers_.resize(tier + 1);
+  return tiers_[tier];
+}
+
+void IndexShard::LinkLocked(PageEntry* e) {
+  TierLists& l = Lists(e->tier);
+  NsList& own = l.ListFor(e->ns);
+  const bool reserved = l.Reserved(e->ns);
+  // A new head is the newest page: only a list that was empty gets a new tail.
+  const bool new_tail = reserved ? own.empty() : l.all.empty();
+  own.PushFront(e);
+  if (!reserved) l.all.PushFront(e);
+  if (new_tail) UpdateOldestLocked(e->tier);
+}
+
+void IndexShard::UnlinkLocked(PageEntry* e) {
+  TierLists& l = Lists(e->tier);
+  NsList& own = l.ListFor(e->ns);
+  const bool reserved = l.Reserved(e->ns);
+  const bool was_tail = reserved ? own.tail() == e : l.all.tail() == e;
+  own.Remove(e);
+  if (!reserved) l.all.Remove(e);
+  if (was_tail) UpdateOldestLocked(e->tier);
+}
+
+void IndexShard::UpdateOldestLocked(uint8_t tier) {
+  const TierLists& l = tiers_[tier];
+  uint64_t oldest = l.all.empty() ? UINT64_MAX : l.all.tail()->stamp;
+  for (NamespaceId id : l.reserved) {
+    if (id < l.by_ns.size() && !l.by_ns[id].empty()) {
+      oldest = std::min(oldest, l.by_ns[id].tail()->stamp);
+    }
+  }
+  oldest_[tier].store(oldest, std::memory_order_relaxed);
+}
+
 Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
                                     VictimFilter filter, const ReserveView* reserves) const {
-  Victim best;
-  if (tier >= lists_.size()) return best;
-  const auto& by_ns = lists_[tier];
-  auto scan = [&](NamespaceId id) {
-    const List& list = by_ns[id];
-    if (list.empty()) return Victim{};
+  if (tier >= tiers_.size()) return Victim{};
+  const TierLists& l = tiers_[tier];
+  auto scan_own = [&](NamespaceId id) {
+    if (id >= l.by_ns.size() || l.by_ns[id].empty()) return Victim{};
     const uint64_t headroom = reserves == nullptr ? UINT64_MAX : reserves->Headroom(id);
-    return headroom == 0 ? Victim{} : ScanList(list, scan_limit, filter, headroom);
+    return headroom == 0 ? Victim{} : ScanList(l.by_ns[id], scan_limit, filter, headroom);
   };
-  if (ns != 0) return ns < by_ns.size() ? scan(ns) : best;
-  for (NamespaceId id = 0; id < by_ns.size(); ++id) {
-    Victim v = scan(id);
+  if (ns != 0) return scan_own(ns);
+  // Namespaces in the tier list have no reserve here: no headroom to ask.
+  Victim best = ScanList(l.all, scan_limit, filter, UINT64_MAX);
+  for (NamespaceId id : l.reserved) {
+    Victim v = scan_own(id);
     if (v.BetterThan(best)) best = v;
   }
   return best;
 }
 
 PageEntry* IndexShard::FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const {
-  if (tier >= lists_.size()) return nullptr;
-  for (const List& list : lists_[tier]) {
-    uint32_t scanned = 0;
-    for (PageEntry* e = list.head(); e != nullptr && scanned < scan_limit; e = e->next, ++scanned) {
-      if (e->pins == 0 && e->clean()) return e;
-    }
+  if (tier >= tiers_.size()) return nullptr;
+  const TierLists& l = tiers_[tier];
+  if (PageEntry* e = RecentClean(l.all, scan_limit)) return e;
+  for (NamespaceId id : l.reserved) {
+    if (id >= l.by_ns.size()) continue;
+    if (PageEntry* e = RecentClean(l.by_ns[id], scan_limit)) return e;
   }
   return nullptr;
 }
@@ -110,15 +183,9 @@ PageEntry* IndexShard::FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) 
 std::vector<PageEntry*> IndexShard::DrainLocked() {
   std::vector<PageEntry*> out(map_.begin(), map_.end());
   map_.clear();
-  lists_.clear();
+  tiers_.clear();
+  for (auto& o : oldest_) o.store(UINT64_MAX, std::memory_order_relaxed);
   return out;
-}
-
-IndexShard::List& IndexShard::ListFor(uint8_t tier, NamespaceId ns) {
-  if (tier >= lists_.size()) lists_.resize(tier + 1);
-  auto& by_ns = lists_[tier];
-  if (ns >= by_ns.size()) by_ns.resize(ns + 1);
-  return by_ns[ns];
 }
 
 PageIndex::PageIndex(uint32_t shards) {
@@ -137,6 +204,19 @@ IndexShard& PageIndex::ShardFor(NamespaceId ns, const PageKey& key) {
   uint64_t h = (lo ^ (hi * 0x9E3779B97F4A7C15ull) ^ ns) * 0xD6E8FEB86659FD93ull;
   h ^= h >> 32;
   return *shards_[shard_bits_ == 0 ? 0 : (h * 0x9E3779B97F4A7C15ull) >> (64 - shard_bits_)];
+}
+
+void PageIndex::Prefetch(NamespaceId ns, const PageKey& key) {
+  IndexShard& shard = ShardFor(ns, key);
+  absl::MutexLock lock(&shard.mu);
+  shard.PrefetchLocked(ns, key);
+}
+
+void PageIndex::MarkReserved(uint8_t tier, NamespaceId ns) {
+  for (auto& shard : shards_) {
+    absl::MutexLock lock(&shard->mu);
+    shard->MarkReservedLocked(tier, ns);
+  }
 }
 
 }  // namespace kvtier::tiers

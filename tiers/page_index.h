@@ -1,10 +1,29 @@
 // PageIndex: the store's sharded index of (namespace, page key) -> PageEntry
-// and, per shard, one LRU list per (tier, namespace). Each shard has its own
-// mutex; callers lock a shard and use the *Locked helpers under it. Entries
-// are kept compact because the daemon indexes hundreds of thousands of pages
-// (target: well under 200 bytes of RSS per page, map slot included).
+// and its recency lists. Each shard has its own mutex; callers lock a shard
+// and use the *Locked helpers under it. Entries are kept compact because the
+// daemon indexes millions of pages (target: under 200 bytes of RSS per page,
+// map slot included; kvtier-scale-bench measures it at 10M pages).
+//
+// Victim choice must not cost more with more tenants, so each shard keeps,
+// per tier, ONE recency list across namespaces (`tier list`) besides one list
+// per namespace (for a namespace's own evictions: quotas, operators):
+//  - a tier-wide pick (everyone's pressure: the evictor, PUTs and promotions
+//    making room) scans the tier list's tail for the oldest leaf, whatever
+//    the namespace count;
+//  - a namespace with a reserve in the tier is kept out of that tier's tier
+//    list: its pages are taken through its own list, which is cut where its
+//    headroom ends (so the cost grows with the namespaces that hold a
+//    reserve, never with the others, and protected pages are never walked);
+//  - each shard publishes the stamp of its oldest page per tier (read
+//    without its lock), a lower bound of any victim's stamp there, so a pick
+//    locks the shards that may hold the best victim, usually one, not all.
+// The rules every pick keeps (pinned and held pages never go, filters, leaf
+// first, reserves) live in one place: the list scan in page_index.cc.
 #pragma once
 
+#include <array>
+#include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -15,33 +34,42 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "kvtier/page_key.h"
+#include "tiers/huge_pages.h"
 #include "tiers/lru.h"
 #include "tiers/tier.h"
 #include "tiers/tier_manager.h"
 
 namespace kvtier::tiers {
 
-// One indexed page. Fields other than prev/next/stamp/pins/flags/
+// One indexed page. Fields other than links/stamp/pins/flags/
 // resident_children are fixed while the entry is pinned, so a PagePin reads
 // them without the shard lock.
-struct PageEntry {
+//
+// 128 bytes, laid out for the cache: a LOOKUP's probe compares key and ns,
+// reads tier and relinks the entry (stamp, both links), all in the first
+// 64-byte line (EntryPool blocks are line-aligned); the rest is read when a
+// page is pinned, moved or evicted. With ns on the second line, a probe at
+// 10M pages cost two cache misses instead of one.
+struct alignas(64) PageEntry {
+  // First line: the probe and the recency relink.
   PageKey key;
-  PageKey parent;
-  PageEntry* prev = nullptr;  // LRU links, shard lock
-  PageEntry* next = nullptr;
-  uint64_t stamp = 0;  // global recency; larger is newer
-  Slot slot;           // slot.bytes is the page size
-  Slot backup;         // write-through copy in the last tier (kHasBackup)
-  uint64_t checksum = 0;
   NamespaceId ns = 0;
-  uint32_t pins = 0;
-  uint32_t resident_children = 0;  // children in the index that counted us
-  uint8_t tier = 0;                // index into the manager's tiers
+  uint8_t tier = 0;  // index into the manager's tiers
   uint8_t flags = 0;
   // Pins that are holds (TierManager::HoldForLease): counted in `pins`, so
   // the page is never evicted, but they read nothing, so a promotion may
   // still move the page while they last.
   uint16_t holds = 0;
+  uint64_t stamp = 0;              // global recency; larger is newer
+  LruLinks<PageEntry> ns_links;    // its (tier, namespace) list; shard lock
+  LruLinks<PageEntry> tier_links;  // its tier list (unless its namespace has a reserve there)
+  // Second line.
+  PageKey parent;
+  Slot slot;    // slot.bytes is the page size
+  Slot backup;  // write-through copy in the last tier (kHasBackup)
+  uint64_t checksum = 0;
+  uint32_t pins = 0;
+  uint32_t resident_children = 0;  // children in the index that counted us
 
   static constexpr uint8_t kDetached = 1;         // out of the index; free on last unpin
   static constexpr uint8_t kCountedInParent = 2;  // bumped parent's resident_children
@@ -53,6 +81,9 @@ struct PageEntry {
   bool detached() const { return flags & kDetached; }
   bool clean() const { return flags & kHasBackup; }
 };
+static_assert(offsetof(PageEntry, tier_links) + sizeof(LruLinks<PageEntry>) <= 64,
+              "the probe and relink fields share the entry's first cache line");
+static_assert(sizeof(PageEntry) == 128, "two cache lines (EntryPool blocks)");
 
 struct IndexKey {
   NamespaceId ns;
@@ -100,8 +131,9 @@ struct Victim {
 
 // What a tier-wide eviction may take from each namespace in the tier being
 // scanned without bringing it below its reserve there (the TierManager
-// implements it over its per-namespace counters). Read once per LRU list,
-// not per page: the lists are per (tier, namespace).
+// implements it over its per-namespace counters). Read once per namespace
+// list, not per page: only namespaces with a reserve are asked, and their
+// pages are scanned through their own lists.
 class ReserveView {
  public:
   virtual ~ReserveView() = default;
@@ -112,36 +144,51 @@ class ReserveView {
 
 class IndexShard {
  public:
+  static constexpr size_t kMaxTiers = 8;  // TierManager's limit
+
+  IndexShard();
   absl::Mutex mu;
 
   PageEntry* FindLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Starts loading the table lines a FindLocked of the key will read.
+  void PrefetchLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    map_.prefetch(IndexKey{ns, key});
+  }
   // Inserts a new entry (key absent), stamps it and links it at the head of
-  // its (tier, ns) list.
+  // its lists.
   void InsertLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Removes from the map and its list and marks it detached.
+  // Removes from the map and its lists and marks it detached.
   void DetachLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Restamps a present entry and moves it to the head of its list.
+  // Restamps a present entry and moves it to the head of its lists.
   void TouchLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Moves a present entry to `tier`'s list with a fresh stamp (demotion).
+  // Moves a present entry to `tier`'s lists with a fresh stamp (demotion).
   void MoveTierLocked(PageEntry* e, uint8_t tier, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Namespace `ns` has a reserve in `tier`: its pages there stay out of the
+  // tier list. Call before ns has pages (AddNamespace); fixed afterwards.
+  void MarkReservedLocked(uint8_t tier, NamespaceId ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Best unpinned victim of `tier` in this shard: the oldest leaf found
-  // within `scan_limit` entries of each list's tail, else the oldest
-  // unpinned non-leaf; scan_limit 0: the oldest unpinned entry, as a leaf.
-  // `ns` restricts the search to one namespace (0: all).
-  // `filter` skips pages of the wrong kind (they do not count against
-  // scan_limit's leaf window). `reserves` set: a namespace's pages are taken
-  // only while they fit its headroom; the first that does not ends the scan
-  // of its list (a namespace's pages are nearly always one size, and a long
-  // run of protected pages must not be walked under the lock on every pick).
+  // within `scan_limit` eligible entries of a list's tail, else the oldest
+  // eligible non-leaf there; scan_limit 0: the oldest eligible entry, as a
+  // leaf. `ns` 0 scans the tier list and the lists of namespaces with a
+  // reserve here; else only ns's own list. `filter` skips pages of the wrong
+  // kind (they do not count against scan_limit). `reserves` set: a
+  // namespace's pages are taken only while they fit its headroom; the first
+  // that does not ends the scan of its list (a namespace's pages are nearly
+  // always one size, and a long run of protected pages must not be walked
+  // under the lock on every pick).
   Victim FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
                           VictimFilter filter = VictimFilter::kAny,
                           const ReserveView* reserves = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // An unpinned clean page of `tier` among the `scan_limit` most recent of
-  // each list (backups of hot RAM pages are the NVMe tier's cheapest room).
+  // its lists (backups of hot RAM pages are the NVMe tier's cheapest room).
   PageEntry* FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Stamp of the oldest page of `tier` in this shard (UINT64_MAX: none),
+  // read without the lock: a hint for choosing which shard to scan, exact
+  // only while no other thread changes the shard.
+  uint64_t OldestStamp(uint8_t tier) const { return oldest_[tier].load(std::memory_order_relaxed); }
 
   // The in-flight-put table (CacheLib's InFlightPuts): keys reserved by a PUT
   // and not yet published or released. A second reservation of such a key
@@ -170,14 +217,29 @@ class IndexShard {
   std::vector<PageEntry*> DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
  private:
-  using List = LruList<PageEntry>;
-  List& ListFor(uint8_t tier, NamespaceId ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  static Victim ScanList(const List& list, uint32_t scan_limit, VictimFilter filter,
-                         uint64_t headroom);
+  using NsList = LruList<PageEntry, &PageEntry::ns_links>;
+  using TierList = LruList<PageEntry, &PageEntry::tier_links>;
+  // One tier's lists in this shard.
+  struct TierLists {
+    TierList all;                       // pages of namespaces without a reserve here
+    std::vector<NsList> by_ns;          // every page, by namespace; grown on demand
+    std::vector<NamespaceId> reserved;  // namespaces with a reserve here
+    std::vector<bool> is_reserved;      // by namespace
+    bool Reserved(NamespaceId ns) const { return ns < is_reserved.size() && is_reserved[ns]; }
+    NsList& ListFor(NamespaceId ns);
+  };
+  TierLists& Lists(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Links e at the head of its lists / takes it out of them, keeping the
+  // oldest-stamp hint of its tier.
+  void LinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void UnlinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void UpdateOldestLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  absl::flat_hash_set<PageEntry*, EntryHash, EntryEq> map_ ABSL_GUARDED_BY(mu);
-  // lists_[tier][ns]; grown on demand as namespaces appear.
-  std::vector<std::vector<List>> lists_ ABSL_GUARDED_BY(mu);
+  absl::flat_hash_set<PageEntry*, EntryHash, EntryEq, HugePageAllocator<PageEntry*>> map_
+      ABSL_GUARDED_BY(mu);
+  std::vector<TierLists> tiers_ ABSL_GUARDED_BY(mu);  // by tier; grown on demand
+  // Written under mu (UpdateOldestLocked), read without it (OldestStamp).
+  std::array<std::atomic<uint64_t>, kMaxTiers> oldest_;
   absl::flat_hash_map<std::pair<NamespaceId, PageKey>, std::shared_ptr<KeyInFlight>> inflight_
       ABSL_GUARDED_BY(mu);
 };
@@ -188,6 +250,10 @@ class PageIndex {
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   IndexShard& shard(uint32_t i) { return *shards_[i]; }
   IndexShard& ShardFor(NamespaceId ns, const PageKey& key);
+  // PrefetchLocked under the key's shard lock (LOOKUP's probes ahead).
+  void Prefetch(NamespaceId ns, const PageKey& key);
+  // MarkReservedLocked in every shard.
+  void MarkReserved(uint8_t tier, NamespaceId ns);
 
  private:
   std::vector<std::unique_ptr<IndexShard>> shards_;

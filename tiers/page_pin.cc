@@ -35,7 +35,7 @@ void TierManager::Impl::Unpin(PageEntry* e, bool hold) {
 void TierManager::Impl::FreeEntry(PageEntry* e) {
   FreeBackup(e);
   ReleaseSlot(e->tier, e->ns, e->slot, MetaOf(e));
-  delete e;
+  entries.Delete(e);
 }
 
 void TierManager::Impl::DetachEntryLocked(IndexShard& shard, PageEntry* e) {

@@ -40,7 +40,7 @@ absl::Status TierManager::RecoverPersistent() {
     std::sort(adopted.begin(), adopted.end(),
               [](const Adopted& a, const Adopted& b) { return a.meta.stamp < b.meta.stamp; });
     for (const Adopted& a : adopted) {
-      auto* e = new PageEntry{a.meta.key, a.meta.parent};
+      PageEntry* e = m.entries.New(a.meta.key, a.meta.parent);
       e->slot = a.slot;
       e->checksum = a.meta.checksum;
       e->ns = a.ns;

@@ -158,7 +158,7 @@ void TierManager::Impl::FreeBackup(PageEntry* e) {
 
 void TierManager::Impl::Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t,
                                const Slot& slot, uint64_t checksum, const Slot* backup) {
-  auto* e = new PageEntry{key, parent};
+  PageEntry* e = entries.New(key, parent);
   e->slot = slot;
   e->checksum = checksum;
   e->ns = ns;

@@ -89,7 +89,7 @@ TierManager::Impl::~Impl() {
     absl::MutexLock lock(&shard.mu);
     for (PageEntry* e : shard.DrainLocked()) {
       tiers[e->tier]->tier->Free(e->slot);
-      delete e;
+      entries.Delete(e);
     }
   }
 }
@@ -136,9 +136,12 @@ absl::StatusOr<NamespaceId> TierManager::AddNamespace(const NamespaceConfig& con
     }
   }
   if (auto s = impl_->ValidateReserves(config, *ns); !s.ok()) return s;
-  // Before the namespace is visible, so it has reserves before it has pages.
+  // Before the namespace is visible, so it has reserves before it has pages
+  // (and its pages there are indexed outside the tier list: page_index.h).
   for (size_t t = 0; t < impl_->tiers.size(); ++t) {
-    if (ns->reserve[t] != 0) impl_->tiers[t]->has_reserves.store(true);
+    if (ns->reserve[t] == 0) continue;
+    impl_->index.MarkReserved(static_cast<uint8_t>(t), id);
+    impl_->tiers[t]->has_reserves.store(true);
   }
   impl_->ns_table[id].store(ns.get(), std::memory_order_release);
   impl_->ns_owned.push_back(std::move(ns));
@@ -159,12 +162,22 @@ LookupResult TierManager::Lookup(NamespaceId ns, absl::Span<const PageKey> keys)
   LookupResult result;
   NamespaceState* state = impl_->Ns(ns);
   if (state == nullptr) return result;
-  for (const PageKey& key : keys) {
-    IndexShard& shard = impl_->index.ShardFor(ns, key);
-    absl::MutexLock lock(&shard.mu);
-    PageEntry* e = shard.FindLocked(ns, key);
-    if (e == nullptr) break;
-    result.tiers.push_back(impl_->tiers[e->tier]->tier->kind());
+  // Each probe is three dependent cache misses at millions of pages (table
+  // control bytes, slot, entry) and a shard lock orders them: prefetching
+  // the next few keys' table lines first leaves one miss per probe.
+  // A few ahead only: keys past the first miss are not probed.
+  constexpr size_t kAhead = 8;
+  bool missed = false;
+  for (size_t i = 0; i < keys.size() && !missed;) {
+    const size_t end = std::min(keys.size(), i + kAhead);
+    for (size_t j = i; j < end; ++j) impl_->index.Prefetch(ns, keys[j]);
+    for (; i < end && !missed; ++i) {
+      IndexShard& shard = impl_->index.ShardFor(ns, keys[i]);
+      absl::MutexLock lock(&shard.mu);
+      PageEntry* e = shard.FindLocked(ns, keys[i]);
+      missed = e == nullptr;
+      if (!missed) result.tiers.push_back(impl_->tiers[e->tier]->tier->kind());
+    }
   }
   result.hits = static_cast<uint32_t>(result.tiers.size());
   // Tail-first: the first key gets the newest stamp, so ancestors outlive

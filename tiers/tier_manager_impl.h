@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "tiers/entry_pool.h"
 #include "tiers/page_index.h"
 #include "tiers/tier_manager.h"
 
@@ -187,6 +188,9 @@ struct TierManager::Impl {
   // Where promote_on_get moves pages: the highest host-addressable tier (the
   // host tier, also when an HBM tier sits above it), else the top tier.
   size_t promote_to = 0;
+  // The entries' memory; declared before the index, so it outlives what
+  // the index points at.
+  EntryPool entries;
   PageIndex index;
   Counter clock{1};
 
@@ -264,8 +268,14 @@ struct TierManager::Impl {
   bool CopyBetweenTiers(size_t from, const Slot& src, size_t to, const Slot& dst,
                         uint64_t* sum = nullptr);
  private:
+  // The shard holding tier t's best victim (-1: none), leaves first, then
+  // oldest. Tier-wide (ns 0): shards are scanned oldest page first until
+  // none left can hold an older leaf; a namespace's own pick scans all.
   int PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
                       const ReserveView* reserves = nullptr);
+  // Scans every shard: the best victim of all, leaves first, then oldest.
+  int BestVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
+                      const ReserveView* reserves);
   PageEntry* TakeDirty(size_t t, NamespaceId ns);
   void CleanWanted();
   uint32_t ScanLimit(size_t t) const;

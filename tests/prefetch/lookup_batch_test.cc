@@ -157,7 +157,10 @@ TEST_F(LookupBatchLeaseTest, LeasesHoldEveryChainsHitsUntilItsGet) {
     EXPECT_EQ(r.hits, kLen);
     EXPECT_EQ(r.leased, kLen);
   }
-  EXPECT_EQ(Prefetch().lookup_leased(), 2 * kLen);
+  // Every page held once. (Not lookup_leased: a page the GET left on NVMe
+  // was promoted by the lookahead under a prefetch lease, which the LOOKUP
+  // then extended instead of taking a second one; 1 run in ~20 under load.)
+  EXPECT_EQ(Prefetch().leased_pages(), 2 * kLen);
   // Held: emptying the host tier leaves both chains there.
   ASSERT_TRUE(c_->Evict("", TierKind::kHost, 0).ok());
   ExpectGet(ram(), TierKind::kHost);

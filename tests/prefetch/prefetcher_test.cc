@@ -271,6 +271,11 @@ TEST_F(PrefetchTest, LeasesCountRealBytesUpToTheNamespaceCap) {
   pf_->Schedule(ns_, Keys(1, 12), HintFor(0, absl::Seconds(30)));
   EXPECT_EQ(pf_->counters().leased_pages, 4u);
   for (uint64_t i = 1; i <= 12; ++i) EXPECT_TRUE(Intact(i)) << i;
+  // Leased or not, every page was promoted before its read: all in time
+  // (the unleased ones used to count as nothing).
+  pf_->OnDemandRead(ns_, Keys(1, 12));
+  EXPECT_EQ(pf_->counters().completed_in_time, 12u);
+  EXPECT_EQ(pf_->counters().late, 0u);
 }
 
 // Repeating PREFETCH extends a lease, but never past the longest lease from
