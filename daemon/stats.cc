@@ -36,6 +36,13 @@ void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
   out->set_cleaned(t.cleaned);
   out->set_durability_failures(t.durability_failures);
   out->set_frontend_io(t.io.forbidden_io);
+  if (t.io.class_ios[0] + t.io.class_ios[1] + t.io.class_ios[2] == 0) return;
+  for (size_t c = 0; c < tiers::kIoClasses; ++c) {
+    wire::IoClassStats* k = out->add_io_classes();
+    k->set_name(tiers::IoClassName(static_cast<tiers::IoClass>(c)));
+    k->set_ios(t.io.class_ios[c]);
+    k->set_latency_us(t.io.class_latency_us[c]);
+  }
 }
 
 void FillNamespace(const tiers::NamespaceSnapshot& n, wire::NamespaceStats* out) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "tiers/io_class.h"
 
 namespace kvtier::prefetch {
 
@@ -254,6 +255,11 @@ void Prefetcher::WorkerLoop() {
 void Prefetcher::RunBatch(std::vector<Job>& batch) {
   // One job at a time, so a waiting GET is released as soon as its page is up.
   for (const Job& job : batch) {
+    // A promotion ahead of need yields to demand I/O in the device queue; one
+    // a GET already waits for (a demand job, or a prefetch it caught up with)
+    // is demand I/O itself (io_class.h).
+    const bool wanted = job.cls == JobClass::kDemand || job.demanded;
+    tiers::IoClassScope io_class(wanted ? tiers::IoClass::kDemand : tiers::IoClass::kPrefetch);
     // Prefetch threads may write a dirty page back to make room (the
     // cleaner usually left clean ones); a GET's own promotion may not.
     std::vector<tiers::PromoteResult> r = store_->PromoteBatch(

@@ -21,6 +21,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "kvtier/test_hooks.h"
+#include "tiers/io_class.h"
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
@@ -317,6 +318,8 @@ bool TierManager::Impl::EvictorRound() {
 }
 
 void TierManager::Impl::EvictorLoop() {
+  // Cleaning and demotion writes: the device's lowest class (io_class.h).
+  IoClassScope io_class(IoClass::kWriteback);
   absl::MutexLock lock(&evictor_mu);
   while (!evictor_stop) {
     // The periodic wake-up catches tiers filled by paths that do not kick

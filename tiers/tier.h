@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kvtier/page_key.h"
+#include "tiers/io_class.h"
 
 namespace kvtier::tiers {
 
@@ -39,6 +40,9 @@ struct TierCounters {
   uint64_t recovered_pages = 0; // pages adopted from the index at start
   uint64_t dropped_records = 0; // index records that failed validation at start
   uint64_t forbidden_io = 0;    // I/Os done on a thread in a NoDiskIoScope (a bug; tests assert 0)
+  // Async device I/Os by class (io_class.h) and their summed latency.
+  uint64_t class_ios[kIoClasses] = {};
+  uint64_t class_latency_us[kIoClasses] = {};
 };
 
 // What a persistent tier records about a page so a restarted daemon can serve

@@ -3,6 +3,6 @@
 kvtier_test(
   NAME nvme_device_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/nvme_device_test.cc
-  DEPS kvtier_nvme_device absl::synchronization Threads::Threads
+  DEPS kvtier_nvme_device absl::synchronization absl::strings Threads::Threads
   LABELS unit
   TIMEOUT 60)

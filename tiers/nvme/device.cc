@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -69,10 +70,23 @@ absl::Status Device::Write(uint64_t offset, const void* buf, uint64_t n) {
   return status;
 }
 
+IoCallback Device::Timed(IoCallback cb) {
+  const size_t c = static_cast<size_t>(CurrentIoClass());
+  const auto start = std::chrono::steady_clock::now();
+  return [this, c, start, cb = std::move(cb)](absl::Status s) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - start);
+    class_ios_[c].fetch_add(1, std::memory_order_relaxed);
+    class_us_[c].fetch_add(static_cast<uint64_t>(us.count()), std::memory_order_relaxed);
+    cb(std::move(s));
+  };
+}
+
 void Device::ReadAsync(uint64_t offset, void* buf, uint64_t n, IoCallback cb) {
   absl::Status status = Check("read", offset, buf, n);
   if (!status.ok()) return cb(std::move(status));
   Begin(false);
+  cb = Timed(std::move(cb));
   ReadAsyncImpl(offset, buf, n, [this, n, cb = std::move(cb)](absl::Status s) {
     End(false, n, s);
     cb(std::move(s));
@@ -83,6 +97,7 @@ void Device::WriteAsync(uint64_t offset, const void* buf, uint64_t n, IoCallback
   absl::Status status = Check("write", offset, buf, n);
   if (!status.ok()) return cb(std::move(status));
   Begin(true);
+  cb = Timed(std::move(cb));
   WriteAsyncImpl(offset, buf, n, [this, n, cb = std::move(cb)](absl::Status s) {
     End(true, n, s);
     cb(std::move(s));
@@ -109,6 +124,10 @@ DeviceStats Device::stats() const {
   s.rejected = rejected_.load(std::memory_order_relaxed);
   s.inflight = inflight_.load(std::memory_order_relaxed);
   s.max_inflight = max_inflight_.load(std::memory_order_relaxed);
+  for (size_t c = 0; c < kIoClasses; ++c) {
+    s.class_ios[c] = class_ios_[c].load(std::memory_order_relaxed);
+    s.class_latency_us[c] = class_us_[c].load(std::memory_order_relaxed);
+  }
   return s;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "tiers/io_class.h"
 
 namespace kvtier::tiers::nvme {
 
@@ -34,6 +35,10 @@ struct DeviceStats {
   uint64_t rejected = 0;        // calls refused by the alignment/bounds checks
   uint64_t inflight = 0;        // I/Os issued and not yet completed, now
   uint64_t max_inflight = 0;    // high-water mark of `inflight`
+  // Async I/Os by class (tiers/io_class.h: the issuing thread's) and the sum
+  // of their submit-to-completion times, for mean latency per class.
+  uint64_t class_ios[kIoClasses] = {};
+  uint64_t class_latency_us[kIoClasses] = {};
 };
 
 // Completion callback of an asynchronous I/O. It runs exactly once, either on
@@ -73,6 +78,9 @@ class Device {
   // Asynchronous I/O with the same checks and error mapping; `cb` receives
   // the result (see IoCallback for where it runs). A short transfer is
   // resubmitted for the remainder; only one that makes no progress fails.
+  // The I/O's class is the calling thread's CurrentIoClass(): the io_uring
+  // engine serves demand before prefetch before write-back
+  // (FileDeviceConfig's shares).
   void ReadAsync(uint64_t offset, void* buf, uint64_t n, IoCallback cb);
   void WriteAsync(uint64_t offset, const void* buf, uint64_t n, IoCallback cb);
 
@@ -112,11 +120,14 @@ class Device {
   absl::Status Check(const char* op, uint64_t offset, const void* buf, uint64_t n);
   void Begin(bool write);
   void End(bool write, uint64_t n, const absl::Status& status);
+  // Wraps an async callback to count its class and latency.
+  IoCallback Timed(IoCallback cb);
 
   const uint64_t size_;
   std::atomic<uint64_t> reads_{0}, writes_{0}, bytes_read_{0}, bytes_written_{0};
   std::atomic<uint64_t> read_errors_{0}, write_errors_{0}, rejected_{0};
   std::atomic<uint64_t> inflight_{0}, max_inflight_{0};
+  std::atomic<uint64_t> class_ios_[kIoClasses] = {}, class_us_[kIoClasses] = {};
 };
 
 // ---- File / block device -------------------------------------------------
@@ -139,6 +150,14 @@ struct FileDeviceConfig {
   uint32_t io_threads = 1;
   // In-flight I/Os per ring; further submissions wait in a queue.
   uint32_t queue_depth = 64;
+  // I/O classes (io_uring engine; the thread-pool fallback is FIFO): queued
+  // I/O is started demand first, then prefetch, then write-back. Prefetch
+  // reads may fill at most this share of queue_depth (the rest stays free
+  // for demand reads), and write-back at most `writeback_share` of it while
+  // any read is queued or in flight (all of it when none is). In (0, 1];
+  // each cap is at least one I/O.
+  double prefetch_share = 0.5;
+  double writeback_share = 0.25;
   // O_DIRECT (bypass the page cache). Off only for experiments.
   bool direct = true;
   IoEngineKind engine = IoEngineKind::kAuto;

@@ -39,6 +39,13 @@ absl::Status FileDeviceConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrFormat(
         "nvme device %s: queue_depth %u not in [1, 4096]", path, queue_depth));
   }
+  // Written as !(x > 0 && x <= 1) so a NaN is refused too.
+  if (!(prefetch_share > 0 && prefetch_share <= 1) ||
+      !(writeback_share > 0 && writeback_share <= 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "nvme device %s: prefetch_share %g and writeback_share %g must be in (0, 1]", path,
+        prefetch_share, writeback_share));
+  }
   return absl::OkStatus();
 }
 
@@ -213,6 +220,7 @@ class FileDevice final : public Device {
     req->offset = offset;
     req->buf = buf;
     req->n = n;
+    req->cls = CurrentIoClass();  // the issuing thread's: see Device::ReadAsync
     req->cb = std::move(cb);
     engine_->Submit(std::move(req));
   }

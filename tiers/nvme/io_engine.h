@@ -31,6 +31,7 @@ struct IoRequest {
   uint64_t done = 0;   // bytes transferred so far (short transfers resume)
   int retries = 0;     // EAGAIN/EINTR resubmissions
   int buf_index = -1;  // io_uring registered-buffer slot, -1 = none
+  IoClass cls = IoClass::kDemand;  // queue order and share (FileDeviceConfig)
   IoCallback cb;
 };
 

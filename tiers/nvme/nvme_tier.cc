@@ -131,6 +131,10 @@ class NvmeTier final : public Tier {
     c.alloc_failures = alloc_failures_.load(std::memory_order_relaxed);
     c.io_inflight = d.inflight;
     c.io_errors = d.read_errors + d.write_errors;
+    for (size_t k = 0; k < kIoClasses; ++k) {
+      c.class_ios[k] = d.class_ios[k];
+      c.class_latency_us[k] = d.class_latency_us[k];
+    }
     c.recovered_pages = recovered_.load(std::memory_order_relaxed);
     c.dropped_records = dropped_.load(std::memory_order_relaxed);
     c.forbidden_io = forbidden_io_.load(std::memory_order_relaxed);
@@ -261,7 +265,9 @@ absl::StatusOr<std::unique_ptr<Tier>> CreateNvmeTier(const NvmeTierConfig& confi
     struct stat st;
     valid_bytes = stat(config.DataPath().c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
     nvme::FileDeviceConfig fc{.path = config.DataPath(), .size = capacity,
-                              .io_threads = config.io_threads, .queue_depth = config.queue_depth};
+                              .io_threads = config.io_threads, .queue_depth = config.queue_depth,
+                              .prefetch_share = config.prefetch_share,
+                              .writeback_share = config.writeback_share};
     auto dev = nvme::CreateFileDevice(fc);
     if (!dev.ok()) return dev.status();
     device = *std::move(dev);

@@ -19,6 +19,10 @@ struct NvmeTierConfig {
   uint64_t slab_bytes = 16ull << 20;  // the largest page the tier holds
   uint32_t io_threads = 1;
   uint32_t queue_depth = 64;
+  // Shares of queue_depth for prefetch reads and (while reads run) write-back:
+  // nvme::FileDeviceConfig.
+  double prefetch_share = 0.5;
+  double writeback_share = 0.25;
 
   absl::Status Validate() const;
   std::string DataPath() const { return dir + "/kvtier-nvme.data"; }

@@ -1,14 +1,17 @@
 // The io_uring engine of the file device. One ring per I/O thread; the ring,
 // its fixed file and its registered buffers belong to that thread alone
 // (IORING_SETUP_SINGLE_ISSUER where the kernel has it). Callers queue
-// requests; the thread moves the whole queue into SQEs, submits them in one
-// io_uring_submit_and_wait, reaps completions and runs the callbacks. An
+// requests; the thread moves the queue into SQEs by I/O class (demand, then
+// prefetch, then write-back, each lower class kept to its share of the
+// depth: FileDeviceConfig), submits them in one io_uring_submit_and_wait,
+// reaps completions and runs the callbacks. An
 // eventfd read kept armed in the ring wakes the thread when a caller queues
 // work while it sleeps.
 #include <liburing.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -23,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "kvtier/test_hooks.h"
 #include "tiers/nvme/io_engine.h"
 
 namespace kvtier::tiers::nvme::internal {
@@ -33,6 +37,15 @@ constexpr uint64_t kMaxSlotBytes = 1ull << 30;  // the kernel's limit per buffer
 constexpr uint64_t kMaxSqeBytes = 1ull << 30;   // longer I/O continues as "short"
 constexpr int kMaxRetries = 8;                  // EAGAIN/EINTR resubmissions
 
+// ioprio of an I/O class: best effort (IOPRIO_CLASS_BE, which needs no
+// privilege), levels 0 (highest), 4 and 7. <linux/ioprio.h> is not in every
+// kernel's uapi headers, so the encoding is spelled out.
+uint16_t IoPriority(IoClass c) {
+  constexpr uint16_t kClassShift = 13, kClassBestEffort = 2;
+  static constexpr uint16_t kLevel[kIoClasses] = {0, 4, 7};
+  return static_cast<uint16_t>(kClassBestEffort << kClassShift) | kLevel[static_cast<size_t>(c)];
+}
+
 absl::Status UringError(int err, absl::string_view what) {
   return absl::Status(absl::ErrnoToStatusCode(err),
                       absl::StrCat(what, ": ", std::strerror(err)));
@@ -41,7 +54,12 @@ absl::Status UringError(int err, absl::string_view what) {
 // One ring and the thread that owns it.
 class Ring {
  public:
-  Ring(int fd, const std::string& what, uint32_t depth) : fd_(fd), what_(what), depth_(depth) {}
+  Ring(int fd, const std::string& what, const FileDeviceConfig& config)
+      : fd_(fd),
+        what_(what),
+        depth_(config.queue_depth),
+        prefetch_cap_(Cap(config.queue_depth, config.prefetch_share)),
+        writeback_cap_(Cap(config.queue_depth, config.writeback_share)) {}
   ~Ring() { Stop(); }
 
   // Starts the thread, which sets the ring up; returns its verdict.
@@ -99,6 +117,17 @@ class Ring {
   absl::Status Init();
   void Run();
   void ArmWake();
+  static uint32_t Cap(uint32_t depth, double share) {
+    return std::max<uint32_t>(1, static_cast<uint32_t>(depth * share));
+  }
+  // The queued request to start next, by class (FileDeviceConfig), or
+  // null when none may start now.
+  IoRequest* TakeNext();
+  bool BacklogEmpty() const {
+    for (const auto& q : backlog_)
+      if (!q.empty()) return false;
+    return true;
+  }
   void Prep(io_uring_sqe* sqe, IoRequest* req);
   void Reap();
   void Complete(IoRequest* req, int res);
@@ -113,6 +142,8 @@ class Ring {
   const int fd_;
   const std::string what_;
   const uint32_t depth_;
+  const uint32_t prefetch_cap_;   // prefetch I/Os in flight, at most
+  const uint32_t writeback_cap_;  // write-back I/Os in flight while reads run or wait
   io_uring ring_{};
   int efd_ = -1;
   uint64_t wake_buf_ = 0;  // target of the armed eventfd read
@@ -124,8 +155,10 @@ class Ring {
   std::thread thread_;
 
   // Ring-thread state.
-  std::deque<IoRequest*> backlog_;  // taken from pending_, not yet in an SQE
-  uint32_t inflight_ = 0;           // requests in SQEs, not yet completed
+  // Taken from pending_, not yet in an SQE, one queue per IoClass.
+  std::deque<IoRequest*> backlog_[kIoClasses];
+  uint32_t inflight_ = 0;  // requests in SQEs, not yet completed
+  uint32_t inflight_by_[kIoClasses] = {};
   std::vector<std::pair<uint64_t, int>> reaped_;
 
   absl::Mutex mu_;
@@ -190,25 +223,37 @@ void Ring::Run() {
     }
     for (auto& c : controls) c();
     controls.clear();
-    for (auto& r : taken) backlog_.push_back(r.release());
-    taken.clear();
-    while (!backlog_.empty() && inflight_ < depth_) {
-      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-      if (sqe == nullptr) break;
-      Prep(sqe, backlog_.front());
-      backlog_.pop_front();
-      ++inflight_;
+    for (auto& r : taken) {
+      const auto c = static_cast<size_t>(r->cls);
+      backlog_[c < kIoClasses ? c : 0].push_back(r.release());
     }
-    if (stop && inflight_ == 0 && backlog_.empty()) break;
+    taken.clear();
+    KVTIER_SYNC_POINT("nvme.ring.before_dispatch");
+    while (inflight_ < depth_) {
+      IoRequest* req = TakeNext();
+      if (req == nullptr) break;
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) {  // SQ full: starts after this submit
+        backlog_[static_cast<size_t>(req->cls)].push_front(req);
+        break;
+      }
+      Prep(sqe, req);
+      ++inflight_;
+      ++inflight_by_[static_cast<size_t>(req->cls)];
+    }
+    if (stop && inflight_ == 0 && BacklogEmpty()) break;
     int rc = io_uring_submit_and_wait(&ring_, 1);
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
       // Nothing sane left to do with this ring: fail what is queued. Requests
       // already in the kernel still complete through Reap.
-      while (!backlog_.empty()) {
-        IoRequest* req = backlog_.front();
-        backlog_.pop_front();
-        ++inflight_;
-        Complete(req, rc);
+      for (auto& q : backlog_) {
+        while (!q.empty()) {
+          IoRequest* req = q.front();
+          q.pop_front();
+          ++inflight_;
+          ++inflight_by_[static_cast<size_t>(req->cls)];
+          Complete(req, rc);
+        }
       }
     }
     Reap();
@@ -225,6 +270,27 @@ void Ring::ArmWake() {
   }
   io_uring_prep_read(sqe, efd_, &wake_buf_, sizeof(wake_buf_), 0);
   io_uring_sqe_set_data(sqe, &wake_buf_);
+}
+
+IoRequest* Ring::TakeNext() {
+  auto pop = [](std::deque<IoRequest*>& q) {
+    IoRequest* r = q.front();
+    q.pop_front();
+    return r;
+  };
+  auto& demand = backlog_[static_cast<size_t>(IoClass::kDemand)];
+  auto& prefetch = backlog_[static_cast<size_t>(IoClass::kPrefetch)];
+  auto& writeback = backlog_[static_cast<size_t>(IoClass::kWriteback)];
+  if (!demand.empty()) return pop(demand);
+  if (!prefetch.empty() && inflight_by_[static_cast<size_t>(IoClass::kPrefetch)] < prefetch_cap_)
+    return pop(prefetch);
+  if (writeback.empty()) return nullptr;
+  // Reads running or waiting: write-back keeps to its share of the queue.
+  const bool reads = !prefetch.empty() || inflight_by_[static_cast<size_t>(IoClass::kDemand)] > 0 ||
+                     inflight_by_[static_cast<size_t>(IoClass::kPrefetch)] > 0;
+  if (reads && inflight_by_[static_cast<size_t>(IoClass::kWriteback)] >= writeback_cap_)
+    return nullptr;
+  return pop(writeback);
 }
 
 void Ring::Prep(io_uring_sqe* sqe, IoRequest* req) {
@@ -244,6 +310,9 @@ void Ring::Prep(io_uring_sqe* sqe, IoRequest* req) {
     io_uring_prep_read(sqe, fd, p, len, off);
   }
   if (fixed_file_) sqe->flags |= IOSQE_FIXED_FILE;
+  // The class as a best-effort I/O priority too, for block schedulers that
+  // honour it (mq-deadline, bfq): it orders what is already in the kernel.
+  sqe->ioprio = IoPriority(req->cls);
   io_uring_sqe_set_data(sqe, req);
 }
 
@@ -268,11 +337,13 @@ void Ring::Reap() {
 
 void Ring::Complete(IoRequest* req, int res) {
   --inflight_;
+  --inflight_by_[static_cast<size_t>(req->cls)];
+  std::deque<IoRequest*>& backlog = backlog_[static_cast<size_t>(req->cls)];
   absl::Status status;
   if (res < 0) {
     const int err = -res;
     if ((err == EAGAIN || err == EINTR) && req->retries++ < kMaxRetries) {
-      backlog_.push_front(req);
+      backlog.push_front(req);
       return;
     }
     status = IoErrnoStatus(err, what_, req->write, req->offset + req->done, req->n - req->done);
@@ -281,7 +352,7 @@ void Ring::Complete(IoRequest* req, int res) {
   } else {
     req->done += static_cast<uint64_t>(res);
     if (req->done < req->n) {  // short transfer: continue with the rest
-      backlog_.push_front(req);
+      backlog.push_front(req);
       return;
     }
   }
@@ -294,7 +365,7 @@ class UringEngine final : public IoEngine {
  public:
   UringEngine(int fd, const std::string& what, const FileDeviceConfig& config) {
     for (uint32_t i = 0; i < config.io_threads; ++i) {
-      rings_.push_back(std::make_unique<Ring>(fd, what, config.queue_depth));
+      rings_.push_back(std::make_unique<Ring>(fd, what, config));
     }
     depth_ = config.queue_depth;
   }

@@ -103,6 +103,14 @@ void PrintStatsTables(const wire::StatsReply& s) {
     if (t.durability_failures() > 0 || t.frontend_io() > 0)
       std::printf("%-6s durability failures %lu, frontend I/O %lu\n", t.name().c_str(),
                   (unsigned long)t.durability_failures(), (unsigned long)t.frontend_io());
+    if (t.io_classes_size() > 0) {
+      std::printf("%-6s device I/O by class:", t.name().c_str());
+      for (const auto& k : t.io_classes()) {
+        const double mean = k.ios() ? double(k.latency_us()) / double(k.ios()) : 0;
+        std::printf("  %s %lu (mean %.0f us)", k.name().c_str(), (unsigned long)k.ios(), mean);
+      }
+      std::printf("\n");
+    }
   }
   std::printf("\n%-16s %9s %11s %9s %9s %9s %9s %9s\n", "NAMESPACE", "PAGES", "BYTES",
               "LOOKUP-HIT", "GET-HIT", "PUTS", "DEDUP", "QUOTA-EV");
