@@ -31,8 +31,8 @@ ABSL_FLAG(std::string, nvme_dir, "", "NVMe tier directory: data file + RocksDB i
 ABSL_FLAG(std::string, nvme_bytes, "4GiB", "NVMe tier capacity; 0 disables the tier");
 ABSL_FLAG(int, nvme_io_threads, 1, "NVMe I/O threads (one io_uring each)");
 ABSL_FLAG(int, nvme_queue_depth, 64, "NVMe in-flight I/Os per ring");
-ABSL_FLAG(double, nvme_prefetch_share, 0.5, "share of --nvme_queue_depth prefetch reads may fill (the rest stays free for demand reads); (0, 1]");
-ABSL_FLAG(double, nvme_writeback_share, 0.25, "share of --nvme_queue_depth write-back may fill while reads run or wait; (0, 1]");
+ABSL_FLAG(double, nvme_prefetch_share, 0.25, "share of --nvme_queue_depth prefetch reads may fill (the rest stays free for demand reads); (0, 1]");
+ABSL_FLAG(double, nvme_writeback_share, 0.125, "share of --nvme_queue_depth write-back may fill while reads run or wait; (0, 1]");
 ABSL_FLAG(std::string, write_policy, "write-back", "write-back (a page reaches NVMe when RAM evicts it) or write-through (every PUT also written to NVMe before it is acknowledged, so a restart finds it)");
 ABSL_FLAG(bool, promote_on_get, true, "move a page read from NVMe up to the host tier");
 ABSL_FLAG(bool, prefetch_lookahead, true, "LOOKUP starts promoting its NVMe hits to the host tier, pinned until their GET or lease");

@@ -156,8 +156,8 @@ struct FileDeviceConfig {
   // for demand reads), and write-back at most `writeback_share` of it while
   // any read is queued or in flight (all of it when none is). In (0, 1];
   // each cap is at least one I/O.
-  double prefetch_share = 0.5;
-  double writeback_share = 0.25;
+  double prefetch_share = 0.25;
+  double writeback_share = 0.125;
   // O_DIRECT (bypass the page cache). Off only for experiments.
   bool direct = true;
   IoEngineKind engine = IoEngineKind::kAuto;

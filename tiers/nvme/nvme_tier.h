@@ -21,8 +21,8 @@ struct NvmeTierConfig {
   uint32_t queue_depth = 64;
   // Shares of queue_depth for prefetch reads and (while reads run) write-back:
   // nvme::FileDeviceConfig.
-  double prefetch_share = 0.5;
-  double writeback_share = 0.25;
+  double prefetch_share = 0.25;
+  double writeback_share = 0.125;
 
   absl::Status Validate() const;
   std::string DataPath() const { return dir + "/kvtier-nvme.data"; }

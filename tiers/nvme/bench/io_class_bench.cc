@@ -35,8 +35,8 @@ ABSL_FLAG(uint32_t, writeback_lanes, 64, "lanes keeping one write-back write in 
 ABSL_FLAG(uint32_t, prefetch_lanes, 48, "lanes keeping one prefetch read in flight each");
 ABSL_FLAG(double, seconds, 3, "seconds per mode and repeat");
 ABSL_FLAG(int, repeats, 5, "repeats (modes alternate within each); medians reported");
-ABSL_FLAG(double, prefetch_share, 0.5, "FileDeviceConfig.prefetch_share");
-ABSL_FLAG(double, writeback_share, 0.25, "FileDeviceConfig.writeback_share");
+ABSL_FLAG(double, prefetch_share, 0.25, "FileDeviceConfig.prefetch_share");
+ABSL_FLAG(double, writeback_share, 0.125, "FileDeviceConfig.writeback_share");
 
 namespace {
 
