@@ -65,6 +65,14 @@ const std::vector<TierFamily>& TierFamilies() {
       {"kvtier_tier_cleaned_total", "counter", "Pages written back ahead of need by the cleaner.", [](const T& t) { return t.cleaned; }},
       {"kvtier_tier_durability_failures_total", "counter", "PUT pages not stored because their durable copy failed.", [](const T& t) { return t.durability_failures; }},
       {"kvtier_tier_frontend_io_total", "counter", "I/Os done on the frontend thread (a bug: always 0).", [](const T& t) { return t.io.forbidden_io; }},
+      // I/O classes (tiers/io_class.h): count and summed latency per class;
+      // rate(latency) / rate(ios) is the mean latency of the class.
+      {"kvtier_tier_io_demand_total", "counter", "Device I/Os a request waited for (NVMe).", [](const T& t) { return t.io.class_ios[0]; }},
+      {"kvtier_tier_io_demand_latency_us_total", "counter", "Summed latency of demand I/Os, microseconds (NVMe).", [](const T& t) { return t.io.class_latency_us[0]; }},
+      {"kvtier_tier_io_prefetch_total", "counter", "Device I/Os of promotions ahead of need (NVMe).", [](const T& t) { return t.io.class_ios[1]; }},
+      {"kvtier_tier_io_prefetch_latency_us_total", "counter", "Summed latency of prefetch I/Os, microseconds (NVMe).", [](const T& t) { return t.io.class_latency_us[1]; }},
+      {"kvtier_tier_io_writeback_total", "counter", "Device I/Os of cleaning and demotion (NVMe).", [](const T& t) { return t.io.class_ios[2]; }},
+      {"kvtier_tier_io_writeback_latency_us_total", "counter", "Summed latency of write-back I/Os, microseconds (NVMe).", [](const T& t) { return t.io.class_latency_us[2]; }},
   };
   return *families;
 }

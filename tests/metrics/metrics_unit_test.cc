@@ -164,6 +164,9 @@ tiers::StoreSnapshot HandMadeSnapshot() {
   nvme.kind = tiers::TierKind::kNvme;
   nvme.pages = 2;
   nvme.io.io_errors = 1;
+  nvme.io.class_ios[0] = 4;  // demand
+  nvme.io.class_latency_us[0] = 900;
+  nvme.io.class_ios[2] = 6;  // write-back
   snap.tiers = {host, nvme};
   tiers::NamespaceSnapshot ns;
   ns.name = "we\"ird\\name";
@@ -190,6 +193,10 @@ TEST(PrometheusTest, RendersAParsableExposition) {
   EXPECT_EQ(*x->Value("kvtier_tier_pages", {{"tier", "nvme"}}), 2);
   EXPECT_EQ(*x->Value("kvtier_tier_hits_total", {{"tier", "host"}}), 7);
   EXPECT_EQ(*x->Value("kvtier_tier_io_errors_total", {{"tier", "nvme"}}), 1);
+  EXPECT_EQ(*x->Value("kvtier_tier_io_demand_total", {{"tier", "nvme"}}), 4);
+  EXPECT_EQ(*x->Value("kvtier_tier_io_demand_latency_us_total", {{"tier", "nvme"}}), 900);
+  EXPECT_EQ(*x->Value("kvtier_tier_io_prefetch_total", {{"tier", "nvme"}}), 0);
+  EXPECT_EQ(*x->Value("kvtier_tier_io_writeback_total", {{"tier", "nvme"}}), 6);
   EXPECT_EQ(*x->Value("kvtier_namespace_pages", {{"namespace", ns}}), 5);
   EXPECT_EQ(*x->Value("kvtier_namespace_bytes", {{"namespace", ns}, {"tier", "host"}}), 3 << 20);
   EXPECT_EQ(*x->Value("kvtier_namespace_bytes", {{"namespace", ns}, {"tier", "nvme"}}), 0);
