@@ -636,6 +636,73 @@ TEST(NvmeIoClasses, DemandStartsBeforePrefetchBeforeWriteback) {
   EXPECT_EQ(st.class_ios[static_cast<size_t>(IoClass::kWriteback)], 2u);
 }
 
+// The shares hold at every start: prefetch never has more than its cap in
+// flight, write-back no more than its cap while any read is in flight, and
+// all the depth once the reads are done.
+TEST(NvmeIoClasses, SharesCapWhatIsInFlight) {
+  if (!test_hooks::kEnabled) GTEST_SKIP() << "needs KVTIER_TEST_HOOKS";
+  TempDir dir;
+  REQUIRE_DISK(dir);
+  FileDeviceConfig c;
+  c.path = dir.path() + "/data.slab";
+  c.size = 1 << 20;
+  c.queue_depth = 8;  // caps: prefetch 8 x 0.25 = 2, write-back 8 x 0.125 = 1
+  c.engine = IoEngineKind::kIoUring;
+  auto dev = CreateFileDevice(c);
+  if (!dev.ok() && absl::StrContains(dev.status().message(), "io_uring unavailable"))
+    GTEST_SKIP() << dev.status();
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  auto& hooks = test_hooks::SyncPoints::Get();
+  std::atomic<bool> armed{true};
+  absl::Notification reached, release;
+  hooks.SetCallback("nvme.ring.before_dispatch", [&](void*) {
+    if (!armed.exchange(false)) return;
+    reached.Notify();
+    release.WaitForNotification();
+  });
+  // Runs on the ring thread, the only writer of the counts.
+  uint32_t max_prefetch = 0, max_wb_with_reads = 0, max_wb_alone = 0;
+  hooks.SetCallback("nvme.ring.started", [&](void* arg) {
+    const auto* n = static_cast<const uint32_t*>(arg);
+    const uint32_t reads = n[0] + n[1], wb = n[2];
+    max_prefetch = std::max(max_prefetch, n[1]);
+    uint32_t& max_wb = reads > 0 ? max_wb_with_reads : max_wb_alone;
+    max_wb = std::max(max_wb, wb);
+  });
+  hooks.EnableProcessing();
+  std::atomic<int> done{0};
+  Buf block = AlignedBuf(kBlockSize, 'x');
+  std::vector<Buf> in;
+  auto submit = [&](IoClass cls, bool write, int n) {
+    IoClassScope scope(cls);
+    for (int i = 0; i < n; ++i) {
+      auto cb = [&](absl::Status s) {
+        EXPECT_TRUE(s.ok()) << s;
+        done.fetch_add(1);
+      };
+      if (write) {
+        (*dev)->WriteAsync(uint64_t(i) * kBlockSize, block.get(), kBlockSize, cb);
+      } else {
+        in.push_back(AlignedBuf(kBlockSize));
+        (*dev)->ReadAsync(uint64_t(i) * kBlockSize, in.back().get(), kBlockSize, cb);
+      }
+    }
+  };
+  submit(IoClass::kDemand, false, 1);  // wakes the ring: it stops at the hook
+  ASSERT_TRUE(reached.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  submit(IoClass::kWriteback, true, 32);
+  submit(IoClass::kPrefetch, false, 8);
+  submit(IoClass::kDemand, false, 4);
+  release.Notify();
+  for (int i = 0; i < 1000 && done.load() < 45; ++i) absl::SleepFor(absl::Milliseconds(10));
+  hooks.DisableProcessing();
+  hooks.ClearAll();
+  EXPECT_EQ(done.load(), 45);
+  EXPECT_LE(max_prefetch, 2u);
+  EXPECT_LE(max_wb_with_reads, 1u);
+  EXPECT_GT(max_wb_alone, 1u) << "write-back never used more of the depth once reads were done";
+}
+
 // Under a flood of write-back, demand reads still complete, and every
 // write lands: the shares order the queue, they starve no class.
 TEST(NvmeIoClasses, WritebackFloodStillLandsAndReadsComplete) {

@@ -240,6 +240,8 @@ void Ring::Run() {
       Prep(sqe, req);
       ++inflight_;
       ++inflight_by_[static_cast<size_t>(req->cls)];
+      // Tests read the in-flight count per class (uint32_t[kIoClasses]).
+      KVTIER_SYNC_POINT_CALLBACK("nvme.ring.started", inflight_by_);
     }
     if (stop && inflight_ == 0 && BacklogEmpty()) break;
     int rc = io_uring_submit_and_wait(&ring_, 1);
