@@ -47,6 +47,12 @@ absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::P
   return store.ReadPage(pin, bounce, tiers::ReadOptions{.promote_to = promote_to, .demand = &hook});
 }
 
+void ReadPagesForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
+                     absl::Span<tiers::PagePin> pins, tiers::PageReadFn on_page, int promote_to) {
+  PrefetchDemandHook hook(pf);
+  store.ReadPages(pins, tiers::ReadOptions{.promote_to = promote_to, .demand = &hook}, on_page);
+}
+
 std::shared_ptr<GetTransfer> DataPath::PlanGet(tiers::NamespaceId ns,
                                                absl::Span<const PageKey> keys, uint64_t page_bytes,
                                                std::shared_ptr<ClientBuffer> buffer,
@@ -75,22 +81,22 @@ void DataPath::CopyGet(GetTransfer& t, size_t begin, size_t end) const {
     if (!st.ok()) t.error.Set(st);
     return;
   }
-  std::vector<uint8_t> bounce;
-  for (size_t i = begin; i < end; ++i) {
-    tiers::PagePin& pin = t.pins[i];
-    if (!pin.valid()) continue;
-    absl::StatusOr<const uint8_t*> src = ReadForGet(*store_, prefetcher_, pin, bounce);
+  // Every NVMe read of the part is in flight at once; RAM pages are copied
+  // meanwhile, and each read page as soon as it is verified.
+  auto copy = [&](size_t k, absl::StatusOr<const uint8_t*> src) {
+    const size_t i = begin + k;
     if (absl::IsDataLoss(src.status())) {
       t.tiers[i] = 0;  // corrupt on disk: a miss, never wrong bytes
-      continue;
+      return;
     }
     if (!src.ok()) {
       t.error.Set(src.status());
-      continue;
+      return;
     }
     uint8_t* dst = t.buffer->data() + t.offsets[i];
     if (!GuardedRun([&] { std::memcpy(dst, *src, t.page_bytes); })) t.fault = true;
-  }
+  };
+  ReadPagesForGet(*store_, prefetcher_, absl::MakeSpan(t.pins).subspan(begin, end - begin), copy);
 }
 
 absl::Status DataPath::FinishGet(GetTransfer& t) const {

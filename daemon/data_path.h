@@ -103,12 +103,18 @@ class DataPath {
   prefetch::Prefetcher* prefetcher_;
 };
 
-// The one way the daemon reads a pinned page for a GET (any path: shm
-// buffer, policy GET, GPU buffer, inline): tiers::TierManager::ReadPage with
-// the prefetcher as its demand hook, so prefetch yields to the read. Runs on
-// copy workers. DataLoss: a miss (the pin is reset).
+// The ways the daemon reads pinned pages for a GET, on copy workers, with
+// the prefetcher as the demand hook (prefetch yields to the read). DataLoss:
+// a miss (the pin is reset). One page (GPU buffers):
+// tiers::TierManager::ReadPage.
 absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
                                           tiers::PagePin& pin, std::vector<uint8_t>& bounce,
                                           int promote_to = -1);
+// A range of pages (shm buffers, policy and inline GETs), every read below
+// RAM in flight at once: tiers::TierManager::ReadPages, whose `on_page` gets
+// each page's bytes (valid during the call) as soon as they are readable.
+void ReadPagesForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
+                     absl::Span<tiers::PagePin> pins, tiers::PageReadFn on_page,
+                     int promote_to = -1);
 
 }  // namespace kvtier::daemon

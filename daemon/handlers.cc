@@ -308,17 +308,21 @@ absl::Status Daemon::SubmitGetInline(Session& s, const DecodedRequest& d,
   tiers::TierManager* store = store_.get();
   prefetch::Prefetcher* pf = prefetcher_.get();
   CopyEngine::Part read = [job, store, pf] {
-    for (size_t i = 0; i < job->pins.size(); ++i) {
-      if (!job->pins[i].valid() || job->src[i] != nullptr) continue;
-      absl::StatusOr<const uint8_t*> src = ReadForGet(*store, pf, job->pins[i], job->bounce[i]);
+    // Every page below RAM is read at once; the frames need its bytes
+    // until the reply: its promoted slot, or a copy of its bounce buffer.
+    auto keep = [&](size_t i, absl::StatusOr<const uint8_t*> src) {
+      if (job->src[i] != nullptr) return;  // in RAM from the start
       if (src.ok()) {
-        job->src[i] = *src;
+        if ((job->src[i] = job->pins[i].data()) != nullptr) return;
+        job->bounce[i].assign(*src, *src + job->pins[i].bytes());
+        job->src[i] = job->bounce[i].data();
       } else if (absl::IsDataLoss(src.status())) {
         job->tiers[i] = 0;  // failed its checksum: a miss, never wrong bytes
       } else {
         job->error.Set(src.status());
       }
-    }
+    };
+    ReadPagesForGet(*store, pf, absl::MakeSpan(job->pins), keep);
   };
   engine_->Submit({std::move(read)}, [job] {
     Reply reply;

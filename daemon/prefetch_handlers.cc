@@ -30,7 +30,7 @@ struct PolicyGet {
   // Filled when the copy starts.
   std::vector<tiers::PagePin> pins;
   std::string tiers;
-  std::vector<std::vector<uint8_t>> bounce;  // pages read from a lower tier without promotion
+  std::vector<std::vector<uint8_t>> bounce;  // layer-wise: pages read from below RAM, kept
   std::atomic<bool> fault{false};
   FirstError error;
   void Fail(absl::Status st) { error.Set(std::move(st)); }
@@ -63,19 +63,22 @@ absl::Status CheckGetRanges(const PolicyGet& job) {
   return absl::OkStatus();
 }
 
-// Source bytes of page i once it is readable from RAM: the pinned slot, or a
-// verified bounce copy when promotion was not possible. nullptr: a miss.
-const uint8_t* Source(PolicyGet& job, size_t i, tiers::TierManager& store,
-                      prefetch::Prefetcher& pf) {
-  tiers::PagePin& pin = job.pins[i];
-  if (!pin.valid()) return nullptr;
-  absl::StatusOr<const uint8_t*> src =
-      ReadForGet(store, &pf, pin, job.bounce[i], pf.target_index());
-  if (src.ok()) return *src;
-  if (!absl::IsDataLoss(src.status())) job.Fail(src.status());
-  job.tiers[i] = 0;  // corrupt on disk: a miss, never wrong bytes
-  pin.Reset();
-  return nullptr;
+// Reads pages [begin, end), every read below RAM in flight at once, and
+// hands each readable page's bytes (valid during the call) to `use`. A page
+// that cannot be read is a miss: corrupt on disk (never wrong bytes), or
+// an I/O error, which also fails the GET.
+template <typename Use>
+void ReadRange(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
+               prefetch::Prefetcher& pf, Use use) {
+  auto on_page = [&](size_t k, absl::StatusOr<const uint8_t*> src) {
+    const size_t i = begin + k;
+    if (src.ok()) return use(i, *src);
+    if (!absl::IsDataLoss(src.status())) job.Fail(src.status());
+    job.tiers[i] = 0;
+    job.pins[i].Reset();
+  };
+  ReadPagesForGet(store, &pf, absl::MakeSpan(job.pins).subspan(begin, end - begin), on_page,
+                  pf.target_index());
 }
 
 // Layer-major copy: layer l of every page, then the progress counter = l+1.
@@ -83,7 +86,12 @@ const uint8_t* Source(PolicyGet& job, size_t i, tiers::TierManager& store,
 // layer of an unverified page is ever exposed.
 void CopyLayers(PolicyGet& job, tiers::TierManager& store, prefetch::Prefetcher& pf) {
   std::vector<const uint8_t*> src(job.keys.size());
-  for (size_t i = 0; i < job.keys.size(); ++i) src[i] = Source(job, i, store, pf);
+  ReadRange(job, 0, job.keys.size(), store, pf, [&](size_t i, const uint8_t* bytes) {
+    // A RAM slot stays put while pinned; a page read from below is kept.
+    if ((src[i] = job.pins[i].data()) != nullptr) return;
+    job.bounce[i].assign(bytes, bytes + job.page_bytes);
+    src[i] = job.bounce[i].data();
+  });
   uint8_t* base = job.buffer->data();
   std::atomic_ref<uint64_t> progress(*reinterpret_cast<uint64_t*>(base + job.progress_offset));
   bool ok = GuardedRun([&] {
@@ -100,12 +108,10 @@ void CopyLayers(PolicyGet& job, tiers::TierManager& store, prefetch::Prefetcher&
 
 void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
                prefetch::Prefetcher& pf) {
-  for (size_t i = begin; i < end; ++i) {
-    const uint8_t* src = Source(job, i, store, pf);
-    if (src == nullptr) continue;
+  ReadRange(job, begin, end, store, pf, [&](size_t i, const uint8_t* src) {
     uint8_t* dst = job.buffer->data() + job.offsets[i];
     if (!GuardedRun([&] { std::memcpy(dst, src, job.page_bytes); })) job.fault = true;
-  }
+  });
 }
 
 }  // namespace

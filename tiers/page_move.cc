@@ -119,8 +119,8 @@ bool TierManager::Impl::CopyBetweenTiers(size_t from, const Slot& src, size_t to
   return true;
 }
 
-TierManager::Impl::PageMove TierManager::Impl::BeginMove(PageEntry* e, size_t to, MoveKind kind,
-                                                         EvictMode mode) {
+TierManager::Impl::PageMove TierManager::Impl::PrepareMove(PageEntry* e, size_t to, MoveKind kind,
+                                                           EvictMode mode) {
   PageMove m;
   m.kind = kind;
   m.mode = mode;
@@ -143,18 +143,26 @@ TierManager::Impl::PageMove TierManager::Impl::BeginMove(PageEntry* e, size_t to
     return m;
   }
   m.dst = ChargeAndAllocate(e->ns, to, m.old.bytes, mode);
-  if (!m.dst.ok()) return m;
+  return m;
+}
+
+void TierManager::Impl::CheckMovedBytes(PageMove& m, uint64_t sum) {
+  if (!m.copied || !tiers[m.from]->tier->persistent()) return;
+  if (!VerifySum(m.e, m.from, sum).ok()) {  // dropped: a miss, never wrong bytes
+    m.copied = false;
+    m.corrupt = true;
+  }
+}
+
+TierManager::Impl::PageMove TierManager::Impl::BeginMove(PageEntry* e, size_t to, MoveKind kind,
+                                                         EvictMode mode) {
+  PageMove m = PrepareMove(e, to, kind, mode);
+  if (!m.dst.ok() || m.reuses_backup) return m;
   const bool from_disk = tiers[m.from]->tier->persistent();
   const bool to_disk = tiers[to]->tier->persistent();
   uint64_t sum = 0;
   m.copied = CopyBetweenTiers(m.from, m.old, to, *m.dst, from_disk || to_disk ? &sum : nullptr);
-  if (m.copied && from_disk && sum != e->checksum) {
-    // A mismatch is a miss plus a counter, never wrong bytes.
-    tiers[m.from]->checksum_errors.fetch_add(1, std::memory_order_relaxed);
-    DropCorrupt(e);
-    m.copied = false;
-    m.corrupt = true;
-  }
+  CheckMovedBytes(m, sum);
   if (m.copied && to_disk) {
     m.checksum = sum;
     absl::MutexLock lock(&m.shard->mu);

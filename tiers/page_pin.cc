@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include "absl/strings/str_cat.h"
+#include "kvtier/status_macros.h"
 #include "tiers/tier_manager.h"
 #include "tiers/tier_manager_impl.h"
 
@@ -117,26 +118,38 @@ const uint8_t* PagePin::data() const {
 
 absl::Status PagePin::CopyTo(void* dst) const {
   if (entry_ == nullptr) return absl::FailedPreconditionError("CopyTo on an empty PagePin");
-  TierState& ts = *mgr_->impl_->tiers[entry_->tier];
-  if (ts.tier->persistent()) {
-    // Already found corrupt (by a promotion attempt): do not read and count again.
-    IndexShard& shard = mgr_->impl_->index.ShardFor(entry_->ns, entry_->key);
-    absl::MutexLock lock(&shard.mu);
-    if (entry_->flags & PageEntry::kCorrupt)
-      return absl::DataLossError(absl::StrCat("page ", entry_->key.ToHex(), " is corrupt"));
-  }
-  if (absl::Status st = ts.tier->Read(entry_->slot, 0, dst, entry_->slot.bytes); !st.ok()) {
-    return st;
-  }
-  // Bytes that left this process's memory (NVMe) are checked against the
-  // checksum taken at PUT: a mismatch is a miss, never wrong bytes.
-  if (ts.tier->persistent() && XXH3_64bits(dst, entry_->slot.bytes) != entry_->checksum) {
-    ts.checksum_errors.fetch_add(1, std::memory_order_relaxed);
-    mgr_->impl_->DropCorrupt(entry_);
-    return absl::DataLossError(absl::StrCat("page ", entry_->key.ToHex(), " failed its checksum on ",
-                                            std::string(TierName(ts.tier->kind())), "; dropped"));
-  }
+  TierManager::Impl& m = *mgr_->impl_;
+  const size_t t = entry_->tier;
+  Tier& tier = *m.tiers[t]->tier;
+  RETURN_IF_ERROR(m.KnownCorrupt(entry_));
+  RETURN_IF_ERROR(tier.Read(entry_->slot, 0, dst, entry_->slot.bytes));
+  return m.VerifyRead(entry_, t, dst);
+}
+
+absl::Status TierManager::Impl::KnownCorrupt(PageEntry* e) {
+  if (!tiers[e->tier]->tier->persistent()) return absl::OkStatus();
+  IndexShard& shard = index.ShardFor(e->ns, e->key);
+  absl::MutexLock lock(&shard.mu);
+  if (e->flags & PageEntry::kCorrupt)
+    return absl::DataLossError(absl::StrCat("page ", e->key.ToHex(), " is corrupt"));
   return absl::OkStatus();
+}
+
+absl::Status TierManager::Impl::VerifySum(PageEntry* e, size_t t, uint64_t sum) {
+  if (sum == e->checksum) return absl::OkStatus();
+  TierState& ts = *tiers[t];
+  ts.checksum_errors.fetch_add(1, std::memory_order_relaxed);
+  DropCorrupt(e);
+  return absl::DataLossError(absl::StrCat("page ", e->key.ToHex(), " failed its checksum on ",
+                                          std::string(TierName(ts.tier->kind())), "; dropped"));
+}
+
+absl::Status TierManager::Impl::VerifyRead(PageEntry* e, size_t t, const void* bytes) {
+  // Bytes that left this process's memory (NVMe) are checked against the
+  // checksum taken when they were written: a mismatch is a miss, never
+  // wrong bytes.
+  if (!tiers[t]->tier->persistent()) return absl::OkStatus();
+  return VerifySum(e, t, XXH3_64bits(bytes, e->slot.bytes));
 }
 
 PageMeta TierManager::Impl::MetaOf(const PageEntry* e) const {

@@ -1,6 +1,6 @@
-// The store across restarts and across tiers upward: rebuilding the index
-// from persistent tiers at start, and the read operation (ReadPage): a page
-// made readable from host memory, promoted or read and verified.
+// The store across restarts: rebuilding the index from persistent tiers at
+// start. (GET's read operations, ReadPage and ReadPages, are in
+// page_reads.cc.)
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -62,36 +62,6 @@ absl::Status TierManager::RecoverPersistent() {
     }
   }
   return absl::OkStatus();
-}
-
-bool TierManager::Promote(PagePin& pin) {
-  if (pin.entry_ == nullptr || !impl_->config.promote_on_get) return false;
-  return PromoteTo(pin, impl_->promote_to) == PromoteOutcome::kPromoted;
-}
-
-absl::StatusOr<const uint8_t*> TierManager::ReadPage(PagePin& pin, std::vector<uint8_t>& bounce,
-                                                     const ReadOptions& options) {
-  if (!pin.valid()) return absl::FailedPreconditionError("ReadPage on an empty PagePin");
-  if (const uint8_t* p = pin.data()) return p;
-  struct Demand {
-    DemandReadHook* hook;
-    explicit Demand(DemandReadHook* h) : hook(h) {
-      if (hook != nullptr) hook->BeginDemandRead();
-    }
-    ~Demand() {
-      if (hook != nullptr) hook->EndDemandRead();
-    }
-  } demand(options.demand);
-  const size_t to = options.promote_to >= 0 ? static_cast<size_t>(options.promote_to)
-                                            : impl_->promote_to;
-  if (options.promote && impl_->config.promote_on_get && PromoteTo(pin, to) == PromoteOutcome::kPromoted) {
-    if (const uint8_t* p = pin.data()) return p;
-  }
-  bounce.resize(pin.bytes());
-  absl::Status st = pin.CopyTo(bounce.data());  // reads, and verifies bytes from disk
-  if (absl::IsDataLoss(st)) pin.Reset();
-  if (!st.ok()) return st;
-  return bounce.data();
 }
 
 }  // namespace kvtier::tiers

@@ -3,6 +3,7 @@
 // top one, so a host target stays right once an HBM tier sits above it).
 // GET's own path (ReadPage, promote_on_get) is in persistence.cc; the move
 // itself is the page-move primitive (page_move.cc).
+#include <optional>
 #include <vector>
 
 #include "kvtier/test_hooks.h"
@@ -68,30 +69,37 @@ std::optional<PagePin> TierManager::HoldForLease(NamespaceId ns, const PageKey& 
   return PagePin(this, e, /*hold=*/true);
 }
 
+std::optional<PromoteOutcome> TierManager::Impl::CheckPromotable(PageEntry* e, size_t to) {
+  if (to >= tiers.size()) return PromoteOutcome::kFailed;
+  IndexShard& shard = index.ShardFor(e->ns, e->key);
+  absl::MutexLock lock(&shard.mu);
+  if (e->detached()) return PromoteOutcome::kMissing;
+  if (e->tier <= to) return PromoteOutcome::kAlreadyThere;
+  // Only the caller may be reading it; holds read nothing.
+  if (e->pins - e->holds != 1) return PromoteOutcome::kBusy;
+  return std::nullopt;
+}
+
+PromoteOutcome TierManager::Impl::FinishPromotion(PageMove& move) {
+  // Tests stop here to race an eviction or a DELETE against the promotion
+  // (the argument is the page's key).
+  KVTIER_SYNC_POINT_CALLBACK("promote.after_read", const_cast<PageKey*>(&move.e->key));
+  const bool corrupt = move.corrupt, copied = move.copied;
+  if (FinishMove(move)) return PromoteOutcome::kPromoted;
+  if (corrupt || !copied) return PromoteOutcome::kFailed;
+  return move.detached ? PromoteOutcome::kMissing : PromoteOutcome::kBusy;
+}
+
 PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to, EvictMode mode) {
   Impl& m = *impl_;
   PageEntry* e = pin.entry_;
   if (e == nullptr) return PromoteOutcome::kMissing;
-  if (to >= m.tiers.size()) return PromoteOutcome::kFailed;
-  IndexShard& shard = m.index.ShardFor(e->ns, e->key);
-  {
-    absl::MutexLock lock(&shard.mu);
-    if (e->detached()) return PromoteOutcome::kMissing;
-    if (e->tier <= to) return PromoteOutcome::kAlreadyThere;
-    // Only the caller may be reading it; holds read nothing.
-    if (e->pins - e->holds != 1) return PromoteOutcome::kBusy;
-  }
+  if (std::optional<PromoteOutcome> no = m.CheckPromotable(e, to)) return *no;
   // A GET's promotion makes room only by dropping clean pages: it never
   // waits on a write-back. The prefetcher's threads may write one back.
   Impl::PageMove move = m.BeginMove(e, to, Impl::MoveKind::kPromote, mode);
   if (!move.dst.ok()) return PromoteOutcome::kNoRoom;
-  // Tests stop here to race an eviction or a DELETE against the promotion
-  // (the argument is the page's key).
-  KVTIER_SYNC_POINT_CALLBACK("promote.after_read", const_cast<PageKey*>(&e->key));
-  const bool corrupt = move.corrupt, copied = move.copied;
-  if (m.FinishMove(move)) return PromoteOutcome::kPromoted;
-  if (corrupt || !copied) return PromoteOutcome::kFailed;
-  return move.detached ? PromoteOutcome::kMissing : PromoteOutcome::kBusy;
+  return m.FinishPromotion(move);
 }
 
 std::vector<PromoteResult> TierManager::PromoteBatch(NamespaceId ns,

@@ -88,6 +88,22 @@ class Tier {
   // distinct slots.
   virtual absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) = 0;
   virtual absl::Status Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) = 0;
+  // Reads the whole page of `slot` (slot.bytes bytes) into dst, which has
+  // room for `dst_room` >= slot.bytes bytes, and calls `done` exactly once
+  // with the result: on the calling thread before ReadAsync returns, or on
+  // one of the tier's I/O threads, where it must be quick and must not block
+  // or take a lock held around a ReadAsync call (nvme::IoCallback). The
+  // caller keeps dst alive and untouched until then. The default reads
+  // synchronously; a block tier reads straight into a block-aligned dst
+  // whose room covers the slot's whole blocks, other dsts through a buffer
+  // of its own. Thread-safe for distinct slots.
+  using ReadDone = std::function<void(absl::Status)>;
+  virtual void ReadAsync(const Slot& slot, void* dst, uint64_t dst_room, ReadDone done) {
+    done(Read(slot, 0, dst, slot.bytes));
+  }
+  // How many ReadAsync calls are worth keeping in flight at once (the
+  // device's queue depth); 1 for tiers without asynchronous I/O.
+  virtual uint32_t queue_depth() const { return 1; }
 
   virtual TierCounters counters() const = 0;
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -88,6 +89,7 @@ struct NamespaceConfig {
 };
 
 class TierManager;
+class PageReadBatch;  // ReadPages' state, private to page_reads.cc
 struct PageEntry;  // index entry, private to tier_manager.cc
 
 // What Reservation::CommitAll did.
@@ -124,6 +126,7 @@ class PagePin {
 
  private:
   friend class TierManager;
+  friend class PageReadBatch;
   PagePin(TierManager* mgr, PageEntry* entry, bool hold = false)
       : mgr_(mgr), entry_(entry), hold_(hold) {}
   TierManager* mgr_ = nullptr;
@@ -254,7 +257,14 @@ struct ReadOptions {
   bool promote = true;
   int promote_to = -1;  // tier index; -1: the highest host-addressable tier
   DemandReadHook* demand = nullptr;
+  // ReadPages: bounce-buffer bytes it keeps in flight at most (further
+  // reads wait for completions); at least one page's.
+  uint64_t max_bounce_bytes = 64ull << 20;
 };
+
+// ReadPages hands page i's bytes (or why it has none) to this, on the
+// calling thread; the bytes are valid during the call only.
+using PageReadFn = absl::FunctionRef<void(size_t i, absl::StatusOr<const uint8_t*> bytes)>;
 
 struct LookupResult {
   uint32_t hits = 0;               // leading keys present
@@ -368,6 +378,19 @@ class TierManager {
   absl::StatusOr<const uint8_t*> ReadPage(PagePin& pin, std::vector<uint8_t>& bounce,
                                           const ReadOptions& options);
 
+  // The read operation for a whole GET range (tiers/page_reads.cc), on a
+  // copy worker: ReadPage for every valid pin of `pins` at once. Reads of
+  // pages below host memory are all started first (up to the tier's queue
+  // depth and options.max_bounce_bytes in flight; the rest as reads
+  // complete), each into its promotion target slot (ReadPage's rules) or a
+  // bounce buffer; then host-addressable pages are handed to `on_page`;
+  // then each read page as its read completes, once verified. `on_page`
+  // runs exactly once per valid pin, on the calling thread. Outcomes as
+  // ReadPage: DataLoss resets pins[i] (a miss, never wrong bytes); other
+  // errors are that page's alone. `on_page` may Reset pins[i] (the batch is
+  // done with it). Returns once every page was handed over.
+  void ReadPages(absl::Span<PagePin> pins, const ReadOptions& options, PageReadFn on_page);
+
   // promote_on_get's move (ReadPage uses it; kvtier-sim too): PromoteTo the
   // highest host-addressable tier, making room only by dropping clean pages,
   // so the pin's data() becomes addressable. Best effort: false when
@@ -429,6 +452,7 @@ class TierManager {
  private:
   friend class PagePin;
   friend class Reservation;
+  friend class PageReadBatch;
   struct Impl;
   explicit TierManager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

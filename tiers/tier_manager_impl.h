@@ -117,6 +117,14 @@ struct TierManager::Impl {
   // Persistent tiers: the record of e, and dropping a page read back corrupt.
   PageMeta MetaOf(const PageEntry* e) const;
   void DropCorrupt(PageEntry* e);
+  // The checks of bytes read back from a persistent tier (ReadPage,
+  // ReadPages, promotion), each a miss plus a counter, never wrong bytes:
+  // DataLoss when e was already found corrupt (no second read is counted);
+  // when `sum` (or the xxh3-64 of e's bytes read from tier t) is not e's
+  // checksum, which counts the error and drops the page.
+  absl::Status KnownCorrupt(PageEntry* e);
+  absl::Status VerifySum(PageEntry* e, size_t t, uint64_t sum);
+  absl::Status VerifyRead(PageEntry* e, size_t t, const void* bytes);
   // Whether a page leaving tier t may be written to tier t+1 (admission).
   bool Admit(const PageEntry* e, size_t t) const;
 
@@ -247,6 +255,17 @@ struct TierManager::Impl {
     bool NeedsPersist() const { return copied && !reuses_backup && !persisted; }
   };
   PageMove BeginMove(PageEntry* e, size_t to, MoveKind kind, EvictMode mode);
+  // BeginMove in two halves around the copy, for a caller that copies
+  // asynchronously (ReadPages): the move and its target slot (charged and
+  // allocated), then the check of the bytes it copied (`sum` is their
+  // xxh3-64; a corrupt page is dropped and the move marked so).
+  PageMove PrepareMove(PageEntry* e, size_t to, MoveKind kind, EvictMode mode);
+  void CheckMovedBytes(PageMove& m, uint64_t sum);
+  // PromoteTo in two halves around the move: why e (pinned once by the
+  // caller) cannot be promoted to tier `to` now, or nullopt when it can;
+  // and the switch of a promotion whose bytes are in place (or its undo).
+  std::optional<PromoteOutcome> CheckPromotable(PageEntry* e, size_t to);
+  PromoteOutcome FinishPromotion(PageMove& m);
   // Persists every move of `moves` that needs it with one PersistBatch.
   void PersistMoves(std::vector<PageMove>& moves);
   // Returns true when the move took effect. Does not drop the mover's pin

@@ -13,3 +13,13 @@ kvtier_test(
   LABELS unit
   TIMEOUT 120)
 target_include_directories(tiers_test PRIVATE ${PROJECT_SOURCE_DIR})
+
+# tiers_read_batch_test: TierManager::ReadPages (batched GET reads) over the
+# NVMe tier on a memory device behind the fault injector.
+kvtier_test(
+  NAME tiers_read_batch_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/tiers_read_batch_test.cc
+  DEPS kvtier_nvme RocksDB::rocksdb
+  LABELS unit
+  TIMEOUT 120)
+target_include_directories(tiers_read_batch_test PRIVATE ${PROJECT_SOURCE_DIR})

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "kvtier/paths.h"
@@ -122,6 +123,30 @@ class NvmeTier final : public Tier {
     if (st.ok()) bytes_read_.fetch_add(n, std::memory_order_relaxed);
     return st;
   }
+
+  void ReadAsync(const Slot& slot, void* dst, uint64_t dst_room, ReadDone done) override {
+    CountForbiddenIo();
+    const uint64_t n = slot.bytes, len = RoundUp(n);
+    if (reinterpret_cast<uintptr_t>(dst) % kBlockSize == 0 && dst_room >= len) {
+      device_->ReadAsync(slot.offset, dst, len, [this, n, done = std::move(done)](absl::Status st) {
+        if (st.ok()) bytes_read_.fetch_add(n, std::memory_order_relaxed);
+        done(std::move(st));
+      });
+      return;
+    }
+    // O_DIRECT needs aligned memory: bounce, and copy out on completion
+    // (callers that care, like TierManager::ReadPages, pass aligned buffers).
+    auto bounce = std::make_shared<AlignedBuffer>(len);
+    device_->ReadAsync(slot.offset, bounce->data, len,
+                       [this, bounce, dst, n, done = std::move(done)](absl::Status st) {
+                         if (st.ok()) {
+                           std::memcpy(dst, bounce->data, n);
+                           bytes_read_.fetch_add(n, std::memory_order_relaxed);
+                         }
+                         done(std::move(st));
+                       });
+  }
+  uint32_t queue_depth() const override { return config_.io_threads * config_.queue_depth; }
 
   TierCounters counters() const override {
     nvme::DeviceStats d = device_->stats();

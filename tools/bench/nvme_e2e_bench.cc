@@ -1,12 +1,14 @@
 // `nvme`: the cost of a RAM miss that hits NVMe, end to end through the
 // daemon. Stores a working set larger than the host tier (the daemon runs
 // with --promote_on_get=false so pages stay where they are), finds which
-// pages sit in RAM and which on NVMe, and times GETs of each kind.
+// pages sit in RAM and which on NVMe, and times GETs of each kind, and GETs
+// of --batch_bytes of pages drawn at random from all those on NVMe.
 // `fill`: stores --fill_pages pages of --fill_page_bytes and exits (for the
 // restart-time measurement in scripts/bench_nvme_daemon.sh).
 #include <algorithm>
 #include <cstring>
 #include <cstdio>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +55,40 @@ absl::StatusOr<Summary> TimeGets(Rig& rig, const std::vector<PageKey>& keys,
   return Summarize(runs);
 }
 
+// GB/s of GETs of `batch` distinct pages drawn at random from `idx`, `gets`
+// requests per repeat, medians over repeats; every page must come from NVMe
+// and is verified after each repeat (outside the timing).
+absl::StatusOr<Summary> TimeRandomGets(Rig& rig, const std::vector<PageKey>& keys,
+                                       std::vector<size_t> idx, size_t batch, size_t gets,
+                                       int repeats) {
+  if (idx.size() < batch) return absl::FailedPreconditionError("fewer NVMe pages than one GET");
+  std::mt19937_64 rng(0x646565702d726473);
+  std::vector<double> runs;
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<std::vector<size_t>> picks(gets);
+    for (auto& p : picks) {
+      std::shuffle(idx.begin(), idx.end(), rng);
+      p.assign(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(batch));
+      for (size_t i : p) std::memset(rig.page(i), 0, rig.page_bytes);
+    }
+    auto t0 = Clock::now();
+    for (const auto& p : picks) {
+      std::vector<PageKey> k;
+      std::vector<uint64_t> off;
+      for (size_t i : p) k.push_back(keys[i]), off.push_back(rig.offsets[i]);
+      ASSIGN_OR_RETURN(auto tiers, rig.client->Get(k, rig.buffer, off));
+      for (TierKind t : tiers)
+        if (t != TierKind::kNvme) return absl::FailedPreconditionError("a page left NVMe");
+    }
+    runs.push_back(gets * batch * rig.page_bytes / Seconds(t0, Clock::now()) / 1e9);
+    for (const auto& p : picks)
+      for (size_t i : p)
+        if (tools::CheckPattern(keys[i], rig.page(i), rig.page_bytes) != rig.page_bytes)
+          return absl::DataLossError(absl::StrCat("page ", i, " came back wrong"));
+  }
+  return Summarize(runs);
+}
+
 }  // namespace
 
 absl::StatusOr<nlohmann::json> RunNvme(const BenchOptions& o) {
@@ -74,6 +110,10 @@ absl::StatusOr<nlohmann::json> RunNvme(const BenchOptions& o) {
     return absl::FailedPreconditionError(absl::StrCat(
         "need pages in both tiers (host ", host.size(), ", nvme ", nvme.size(),
         "): run the daemon with a host tier smaller than --working_set and --promote_on_get=false"));
+  // Deep reads (issue 14): GETs of `batch` random pages out of all those on NVMe.
+  const size_t gets = std::max<uint64_t>(1, o.working_set_bytes / (batch * pb));
+  ASSIGN_OR_RETURN(Summary rnd, TimeRandomGets(rig, keys, nvme, batch, gets, o.repeats));
+  const size_t nvme_total = nvme.size();
   const size_t n = std::min(host.size(), nvme.size());
   host.resize(n);
   nvme.resize(n);
@@ -84,8 +124,11 @@ absl::StatusOr<nlohmann::json> RunNvme(const BenchOptions& o) {
   std::printf("  GET from host: %6.2f GB/s [%.2f..%.2f]\n", h.median, h.min, h.max);
   std::printf("  GET from nvme: %6.2f GB/s [%.2f..%.2f]  (%.1fx slower than host)\n", d.median,
               d.min, d.max, h.median / d.median);
+  std::printf("  GET of %zu random of %zu nvme pages: %6.2f GB/s [%.2f..%.2f]  (%zu GETs/repeat)\n",
+              batch, nvme_total, rnd.median, rnd.min, rnd.max, gets);
   return nlohmann::json{{"page_bytes", pb}, {"pages_each", n}, {"batch_pages", batch},
                         {"host_gbps", ToJson(h)}, {"nvme_gbps", ToJson(d)},
+                        {"nvme_random_gbps", ToJson(rnd)}, {"nvme_pages", nvme_total},
                         {"host_over_nvme", h.median / d.median}};
 }
 

@@ -1,0 +1,298 @@
+// The read operations of GET, for copy workers (they may read the disk):
+// ReadPage makes one pinned page readable from host memory; ReadPages does
+// it for a GET range at once, with every read below RAM in flight together
+// (the device sees the range's depth, not 1), each page handed over as its
+// read completes. Both keep one set of rules (pieces of Impl): promotion on
+// GET, verification, dropping corrupt pages, the demand-read hook.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "tiers/tier_manager.h"
+#include "tiers/tier_manager_impl.h"
+
+namespace kvtier::tiers {
+namespace {
+
+// Bounce buffers are block-aligned and whole blocks, so an O_DIRECT tier
+// reads straight into them.
+constexpr uint64_t kReadAlign = 4096;
+// Bounce bytes a thread keeps for its next batch (copy workers live long:
+// the memory stays faulted in, and a fresh 1 MiB buffer costs 256 faults).
+constexpr uint64_t kKeepBounceBytes = 64ull << 20;
+
+uint64_t RoundUp(uint64_t n) { return (n + kReadAlign - 1) / kReadAlign * kReadAlign; }
+
+// Tells the prefetcher, for as long as it lives, that a demand read of a
+// lower tier runs (it holds back new promotions meanwhile).
+class DemandScope {
+ public:
+  explicit DemandScope(DemandReadHook* hook) : hook_(hook) {
+    if (hook_ != nullptr) hook_->BeginDemandRead();
+  }
+  ~DemandScope() {
+    if (hook_ != nullptr) hook_->EndDemandRead();
+  }
+  DemandScope(const DemandScope&) = delete;
+  DemandScope& operator=(const DemandScope&) = delete;
+
+ private:
+  DemandReadHook* hook_;
+};
+
+struct FreeBytes {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+struct Bounce {
+  std::unique_ptr<uint8_t, FreeBytes> bytes;
+  uint64_t room = 0;
+};
+
+thread_local std::vector<Bounce> t_bounce;  // this thread's spare buffers
+
+Bounce TakeBounce(uint64_t room) {
+  for (size_t k = t_bounce.size(); k-- > 0;) {
+    if (t_bounce[k].room < room) continue;
+    Bounce b = std::move(t_bounce[k]);
+    t_bounce.erase(t_bounce.begin() + static_cast<ptrdiff_t>(k));
+    return b;
+  }
+  return Bounce{std::unique_ptr<uint8_t, FreeBytes>(
+                    static_cast<uint8_t*>(std::aligned_alloc(kReadAlign, room))),
+                room};
+}
+
+void GiveBounce(Bounce b) {
+  if (b.bytes == nullptr) return;
+  uint64_t kept = b.room;
+  for (const Bounce& o : t_bounce) kept += o.room;
+  if (kept <= kKeepBounceBytes) t_bounce.push_back(std::move(b));
+}
+
+}  // namespace
+
+// ReadPages' state. Reads complete on the tier's I/O threads, whose
+// callbacks only queue (index, status) under `Completions::mu` (a lock
+// never held around ReadAsync); verification, the promotion's switch, and
+// `on_page` run on the calling thread.
+class PageReadBatch {
+ public:
+  PageReadBatch(TierManager& mgr, absl::Span<PagePin> pins, const ReadOptions& options,
+                PageReadFn on_page)
+      : mgr_(mgr), m_(*mgr.impl_), pins_(pins), options_(options), on_page_(on_page),
+        promote_to_(PromoteTarget(m_, options)) {}
+
+  void Run();
+
+  // Where a GET promotes pages under `o` (ReadPage's rule too); nullopt:
+  // it does not.
+  static std::optional<size_t> PromoteTarget(const TierManager::Impl& m, const ReadOptions& o) {
+    if (!o.promote || !m.config.promote_on_get) return std::nullopt;
+    return o.promote_to >= 0 ? static_cast<size_t>(o.promote_to) : m.promote_to;
+  }
+
+ private:
+  using Impl = TierManager::Impl;
+  // One page below host memory: its promotion (move set) or bounce read.
+  struct Read {
+    size_t i = 0;  // index into pins_
+    std::optional<Impl::PageMove> move;
+    Bounce bounce;
+  };
+  struct Completions {
+    absl::Mutex mu;
+    absl::CondVar cv;
+    std::vector<std::pair<size_t, absl::Status>> done ABSL_GUARDED_BY(mu);
+  };
+
+  PageEntry* Entry(const Read& r) const { return pins_[r.i].entry_; }
+  size_t Window() const;
+  Tier::ReadDone Done(size_t r);
+  std::vector<std::pair<size_t, absl::Status>> Wait();
+  void Start(size_t r);
+  bool StartPromotion(size_t r);
+  void StartBounce(size_t r);
+  void Complete(size_t r, absl::Status st);
+  void CompletePromotion(size_t r, absl::Status st);
+  void Hand(size_t i, absl::StatusOr<const uint8_t*> bytes);
+
+  TierManager& mgr_;
+  Impl& m_;
+  absl::Span<PagePin> pins_;
+  const ReadOptions& options_;
+  PageReadFn on_page_;
+  const std::optional<size_t> promote_to_;
+  std::vector<Read> reads_;
+  size_t inflight_ = 0;
+  // Shared with the callbacks: the last one may still be leaving the mutex
+  // when Run returns.
+  std::shared_ptr<Completions> completions_ = std::make_shared<Completions>();
+};
+
+void PageReadBatch::Run() {
+  std::vector<size_t> ram;
+  for (size_t i = 0; i < pins_.size(); ++i) {
+    if (!pins_[i].valid()) continue;
+    if (pins_[i].data() != nullptr) {
+      ram.push_back(i);
+    } else {
+      reads_.push_back(Read{i});
+    }
+  }
+  std::optional<DemandScope> demand;
+  if (!reads_.empty()) demand.emplace(options_.demand);
+  const size_t window = Window();
+  size_t next = 0;
+  for (; next < reads_.size() && inflight_ < window; ++next) Start(next);
+  // RAM pages are copied while the disk works.
+  for (size_t i : ram) Hand(i, pins_[i].data());
+  while (inflight_ > 0) {
+    for (auto& [r, st] : Wait()) {
+      --inflight_;
+      Complete(r, std::move(st));
+    }
+    for (; next < reads_.size() && inflight_ < window; ++next) Start(next);
+  }
+}
+
+size_t PageReadBatch::Window() const {
+  uint64_t depth = 1, room = kReadAlign;
+  for (const Read& r : reads_) {
+    depth = std::max<uint64_t>(depth, m_.tiers[Entry(r)->tier]->tier->queue_depth());
+    room = std::max(room, RoundUp(Entry(r)->slot.bytes));
+  }
+  const uint64_t by_bytes = std::max<uint64_t>(1, options_.max_bounce_bytes / room);
+  return static_cast<size_t>(std::min(depth, by_bytes));
+}
+
+Tier::ReadDone PageReadBatch::Done(size_t r) {
+  ++inflight_;
+  return [c = completions_, r](absl::Status st) {
+    absl::MutexLock lock(&c->mu);
+    c->done.emplace_back(r, std::move(st));
+    c->cv.Signal();
+  };
+}
+
+std::vector<std::pair<size_t, absl::Status>> PageReadBatch::Wait() {
+  std::vector<std::pair<size_t, absl::Status>> out;
+  Completions& c = *completions_;
+  absl::MutexLock lock(&c.mu);
+  while (c.done.empty()) c.cv.Wait(&c.mu);
+  out.swap(c.done);
+  return out;
+}
+
+void PageReadBatch::Start(size_t r) {
+  if (promote_to_ && StartPromotion(r)) return;
+  // Already found corrupt (by a promotion attempt): no second read.
+  if (absl::Status st = m_.KnownCorrupt(Entry(reads_[r])); !st.ok()) return Hand(reads_[r].i, st);
+  StartBounce(r);
+}
+
+// True when the page is being promoted (its read into the target slot is
+// in flight) or was handed over; false: read it into a bounce buffer.
+bool PageReadBatch::StartPromotion(size_t r) {
+  Read& rd = reads_[r];
+  PageEntry* e = Entry(rd);
+  if (m_.CheckPromotable(e, *promote_to_).has_value()) return false;
+  Tier& target = *m_.tiers[*promote_to_]->tier;
+  if (target.Region().first == nullptr) {
+    // A target that is not host memory (an HBM prefetch target): the
+    // synchronous move, as ReadPage does it.
+    if (mgr_.PromoteTo(pins_[rd.i], *promote_to_) != PromoteOutcome::kPromoted) return false;
+    if (pins_[rd.i].data() == nullptr) return false;
+    Hand(rd.i, pins_[rd.i].data());
+    return true;
+  }
+  // A GET's promotion makes room only by dropping clean pages.
+  rd.move.emplace(m_.PrepareMove(e, *promote_to_, Impl::MoveKind::kPromote, EvictMode::kCleanOnly));
+  if (!rd.move->dst.ok()) {
+    rd.move.reset();
+    return false;
+  }
+  uint8_t* dst = target.Address(*rd.move->dst);
+  m_.tiers[rd.move->from]->tier->ReadAsync(rd.move->old, dst, rd.move->dst->bytes, Done(r));
+  return true;
+}
+
+void PageReadBatch::StartBounce(size_t r) {
+  Read& rd = reads_[r];
+  const PageEntry* e = Entry(rd);
+  rd.bounce = TakeBounce(RoundUp(e->slot.bytes));
+  if (rd.bounce.bytes == nullptr)
+    return Hand(rd.i, absl::ResourceExhaustedError("no memory for a bounce buffer"));
+  m_.tiers[e->tier]->tier->ReadAsync(e->slot, rd.bounce.bytes.get(), rd.bounce.room, Done(r));
+}
+
+void PageReadBatch::Complete(size_t r, absl::Status st) {
+  Read& rd = reads_[r];
+  if (rd.move.has_value()) return CompletePromotion(r, std::move(st));
+  PageEntry* e = Entry(rd);
+  const uint8_t* bytes = rd.bounce.bytes.get();
+  if (st.ok()) st = m_.VerifyRead(e, e->tier, bytes);
+  if (st.ok()) {
+    Hand(rd.i, bytes);
+  } else {
+    Hand(rd.i, std::move(st));
+  }
+  GiveBounce(std::move(rd.bounce));
+}
+
+void PageReadBatch::CompletePromotion(size_t r, absl::Status st) {
+  Read& rd = reads_[r];
+  Impl::PageMove& move = *rd.move;
+  move.copied = st.ok();
+  if (move.copied) {
+    const uint8_t* dst = m_.tiers[move.to]->tier->Address(*move.dst);
+    m_.CheckMovedBytes(move, XXH3_64bits(dst, move.old.bytes));
+  }
+  const PromoteOutcome outcome = m_.FinishPromotion(move);
+  rd.move.reset();
+  if (outcome == PromoteOutcome::kPromoted && pins_[rd.i].data() != nullptr)
+    return Hand(rd.i, pins_[rd.i].data());
+  // As ReadPage after a promotion that did not happen (busy, deleted, read
+  // error): a bounce read. A page found corrupt is a miss without one.
+  if (absl::Status known = m_.KnownCorrupt(Entry(rd)); !known.ok()) return Hand(rd.i, known);
+  StartBounce(r);
+}
+
+void PageReadBatch::Hand(size_t i, absl::StatusOr<const uint8_t*> bytes) {
+  if (absl::IsDataLoss(bytes.status())) pins_[i].Reset();  // a miss
+  on_page_(i, std::move(bytes));
+}
+
+void TierManager::ReadPages(absl::Span<PagePin> pins, const ReadOptions& options,
+                            PageReadFn on_page) {
+  PageReadBatch(*this, pins, options, on_page).Run();
+}
+
+absl::StatusOr<const uint8_t*> TierManager::ReadPage(PagePin& pin, std::vector<uint8_t>& bounce,
+                                                     const ReadOptions& options) {
+  if (!pin.valid()) return absl::FailedPreconditionError("ReadPage on an empty PagePin");
+  if (const uint8_t* p = pin.data()) return p;
+  DemandScope demand(options.demand);
+  const std::optional<size_t> to = PageReadBatch::PromoteTarget(*impl_, options);
+  if (to && PromoteTo(pin, *to) == PromoteOutcome::kPromoted) {
+    if (const uint8_t* p = pin.data()) return p;
+  }
+  bounce.resize(pin.bytes());
+  absl::Status st = pin.CopyTo(bounce.data());  // reads, and verifies bytes from disk
+  if (absl::IsDataLoss(st)) pin.Reset();
+  if (!st.ok()) return st;
+  return bounce.data();
+}
+
+bool TierManager::Promote(PagePin& pin) {
+  if (pin.entry_ == nullptr || !impl_->config.promote_on_get) return false;
+  return PromoteTo(pin, impl_->promote_to) == PromoteOutcome::kPromoted;
+}
+
+}  // namespace kvtier::tiers
