@@ -32,6 +32,20 @@ class LruList {
     ++size_;
   }
 
+  // Links n just below `above` (older than it); above == nullptr: at the head.
+  void InsertAfter(Node* above, Node* n) {
+    if (above == nullptr) return PushFront(n);
+    LruLinks<Node>& a = L(above);
+    L(n).prev = above;
+    L(n).next = a.next;
+    if (a.next != nullptr)
+      L(a.next).prev = n;
+    else
+      tail_ = n;
+    a.next = n;
+    ++size_;
+  }
+
   void Remove(Node* n) {
     LruLinks<Node>& l = L(n);
     if (l.prev != nullptr)

@@ -1,8 +1,9 @@
 // IndexShard: map, recency lists and the per-shard victim scan (the design
 // is at the top of page_index.h). Recency stamps are taken under the shard
-// lock, so every list stays ordered by stamp: a list's tail is its oldest
-// page, and a shard's oldest page of a tier is the oldest of its tier list's
-// tail and its reserved namespaces' tails.
+// lock (or, a LOOKUP's stamps taken before it, placed by stamp:
+// RestampLocked), so every list stays ordered by stamp: a list's tail is its
+// oldest page, and a shard's oldest page of a tier is the oldest of its tier
+// list's tail and its reserved namespaces' tails.
 #include "tiers/page_index.h"
 
 #include <algorithm>
@@ -54,6 +55,19 @@ Victim ScanList(const List& list, uint32_t scan_limit, VictimFilter filter, uint
   return fallback;
 }
 
+// Moves e (already restamped) below the pages of `list` newer than it: a
+// few at most, those stamped since e's stamp was taken.
+template <typename List>
+void RelinkByStamp(List& list, PageEntry* e) {
+  if (list.head() == e) return;  // the newest already, and its stamp only grew
+  list.Remove(e);
+  PageEntry* above = nullptr;
+  for (PageEntry* p = list.head(); p != nullptr && p->stamp > e->stamp; p = List::Older(p)) {
+    above = p;
+  }
+  list.InsertAfter(above, e);
+}
+
 template <typename List>
 PageEntry* RecentClean(const List& list, uint32_t scan_limit) {
   uint32_t scanned = 0;
@@ -91,6 +105,19 @@ void IndexShard::TouchLocked(PageEntry* e, uint64_t stamp) {
   UnlinkLocked(e);
   e->stamp = stamp;
   LinkLocked(e);
+}
+
+void IndexShard::RestampLocked(PageEntry* e, uint64_t stamp) {
+  if (e->stamp >= stamp) return;
+  TierLists& l = tiers_[e->tier];  // e is linked: its lists exist
+  NsList& own = l.by_ns[e->ns];
+  const bool reserved = l.Reserved(e->ns);
+  auto tail = [&]() -> const PageEntry* { return reserved ? own.tail() : l.all.tail(); };
+  const bool was_tail = tail() == e;
+  e->stamp = stamp;
+  RelinkByStamp(own, e);
+  if (!reserved) RelinkByStamp(l.all, e);
+  if (was_tail || tail() == e) UpdateOldestLocked(e->tier);
 }
 
 void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, uint64_t stamp) {
@@ -196,6 +223,10 @@ PageIndex::PageIndex(uint32_t shards) {
 }
 
 IndexShard& PageIndex::ShardFor(NamespaceId ns, const PageKey& key) {
+  return *shards_[ShardIndex(ns, key)];
+}
+
+uint32_t PageIndex::ShardIndex(NamespaceId ns, const PageKey& key) const {
   // Keys are SHA-256 prefixes, but tests and tools also use small counters,
   // so mix before taking the top bits.
   uint64_t lo, hi;
@@ -203,13 +234,8 @@ IndexShard& PageIndex::ShardFor(NamespaceId ns, const PageKey& key) {
   std::memcpy(&hi, key.bytes.data() + 8, 8);
   uint64_t h = (lo ^ (hi * 0x9E3779B97F4A7C15ull) ^ ns) * 0xD6E8FEB86659FD93ull;
   h ^= h >> 32;
-  return *shards_[shard_bits_ == 0 ? 0 : (h * 0x9E3779B97F4A7C15ull) >> (64 - shard_bits_)];
-}
-
-void PageIndex::Prefetch(NamespaceId ns, const PageKey& key) {
-  IndexShard& shard = ShardFor(ns, key);
-  absl::MutexLock lock(&shard.mu);
-  shard.PrefetchLocked(ns, key);
+  if (shard_bits_ == 0) return 0;
+  return static_cast<uint32_t>((h * 0x9E3779B97F4A7C15ull) >> (64 - shard_bits_));
 }
 
 void PageIndex::MarkReserved(uint8_t tier, NamespaceId ns) {

@@ -161,6 +161,11 @@ class IndexShard {
   void DetachLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Restamps a present entry and moves it to the head of its lists.
   void TouchLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // TouchLocked with a stamp taken before this lock (TierManager::Lookup
+  // takes one block of stamps for a whole chain): e goes below the pages
+  // stamped since, so each list stays ordered by stamp. A no-op when e is
+  // already newer (touched since by someone else).
+  void RestampLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Moves a present entry to `tier`'s lists with a fresh stamp (demotion).
   void MoveTierLocked(PageEntry* e, uint8_t tier, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Namespace `ns` has a reserve in `tier`: its pages there stay out of the
@@ -250,8 +255,8 @@ class PageIndex {
   uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
   IndexShard& shard(uint32_t i) { return *shards_[i]; }
   IndexShard& ShardFor(NamespaceId ns, const PageKey& key);
-  // PrefetchLocked under the key's shard lock (LOOKUP's probes ahead).
-  void Prefetch(NamespaceId ns, const PageKey& key);
+  // The index of ShardFor's shard (to group a chain's keys by shard).
+  uint32_t ShardIndex(NamespaceId ns, const PageKey& key) const;
   // MarkReservedLocked in every shard.
   void MarkReserved(uint8_t tier, NamespaceId ns);
 

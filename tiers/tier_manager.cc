@@ -1,6 +1,6 @@
-// TierManager: construction, namespaces, and the metadata paths (LOOKUP,
-// GET pin, DELETE, STATS). The PUT path is in reservation.cc, eviction and
-// demotion in eviction.cc, pin and entry lifetime in page_pin.cc.
+// TierManager: construction, namespaces, and the metadata paths (GET pin,
+// DELETE, STATS). LOOKUP is in lookup.cc, the PUT path in reservation.cc,
+// eviction and demotion in eviction.cc, pin and entry lifetime in page_pin.cc.
 #include "tiers/tier_manager.h"
 
 #include <algorithm>
@@ -156,36 +156,6 @@ absl::StatusOr<NamespaceId> TierManager::FindNamespace(std::string_view name) co
     return absl::NotFoundError(absl::StrCat("no namespace '", std::string(name), "'"));
   }
   return it->second;
-}
-
-LookupResult TierManager::Lookup(NamespaceId ns, absl::Span<const PageKey> keys) {
-  LookupResult result;
-  NamespaceState* state = impl_->Ns(ns);
-  if (state == nullptr) return result;
-  // Each probe is three dependent cache misses at millions of pages (table
-  // control bytes, slot, entry) and a shard lock orders them: prefetching
-  // the next few keys' table lines first leaves one miss per probe.
-  // A few ahead only: keys past the first miss are not probed.
-  constexpr size_t kAhead = 8;
-  bool missed = false;
-  for (size_t i = 0; i < keys.size() && !missed;) {
-    const size_t end = std::min(keys.size(), i + kAhead);
-    for (size_t j = i; j < end; ++j) impl_->index.Prefetch(ns, keys[j]);
-    for (; i < end && !missed; ++i) {
-      IndexShard& shard = impl_->index.ShardFor(ns, keys[i]);
-      absl::MutexLock lock(&shard.mu);
-      PageEntry* e = shard.FindLocked(ns, keys[i]);
-      missed = e == nullptr;
-      if (!missed) result.tiers.push_back(impl_->tiers[e->tier]->tier->kind());
-    }
-  }
-  result.hits = static_cast<uint32_t>(result.tiers.size());
-  // Tail-first: the first key gets the newest stamp, so ancestors outlive
-  // their descendants in every LRU list.
-  for (uint32_t i = result.hits; i > 0; --i) impl_->TouchKey(ns, keys[i - 1]);
-  state->lookup_hits.fetch_add(result.hits, std::memory_order_relaxed);
-  state->lookup_misses.fetch_add(keys.size() - result.hits, std::memory_order_relaxed);
-  return result;
 }
 
 std::optional<PagePin> TierManager::PinForRead(NamespaceId ns, const PageKey& key) {

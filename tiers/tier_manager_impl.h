@@ -78,6 +78,8 @@ struct TierManager::Impl {
     return id == 0 || id >= kMaxNamespaces ? nullptr : ns_table[id].load(std::memory_order_acquire);
   }
   uint64_t NextStamp() { return clock.fetch_add(1, std::memory_order_relaxed); }
+  // n consecutive stamps; returns the first (the oldest).
+  uint64_t NextStamps(uint64_t n) { return clock.fetch_add(n, std::memory_order_relaxed); }
   bool IsLastTier(size_t t) const { return t + 1 >= tiers.size(); }
 
   // Pins under the shard lock; Unpin returns true when the caller must free

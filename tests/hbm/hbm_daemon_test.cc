@@ -21,12 +21,6 @@ namespace {
 constexpr uint64_t kPage = kSmallPageBytes;  // 64 KiB
 constexpr size_t kPages = 96;                // > hbm (32) + host (32): some reach NVMe
 
-std::vector<uint64_t> Offsets(size_t n) {
-  std::vector<uint64_t> o(n);
-  for (size_t i = 0; i < n; ++i) o[i] = i * kPage;
-  return o;
-}
-
 class HbmDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {

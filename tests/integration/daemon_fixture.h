@@ -61,4 +61,11 @@ class DaemonTest : public ::testing::Test {
   std::unique_ptr<DaemonProcess> daemon_;
 };
 
+// The tier called `name` in a STATS reply, or null.
+inline const wire::TierStats* FindTier(const wire::StatsReply& s, absl::string_view name) {
+  for (const auto& t : s.tiers())
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
 }  // namespace kvtier::itest

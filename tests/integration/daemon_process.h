@@ -104,6 +104,14 @@ int FreeTcpPort();
 Layout SmallLayout();
 inline constexpr uint64_t kSmallPageBytes = 64 << 10;
 
+// Buffer offsets of `n` pages of `page_bytes` laid end to end from `base`.
+inline std::vector<uint64_t> Offsets(size_t n, uint64_t page_bytes = kSmallPageBytes,
+                                     uint64_t base = 0) {
+  std::vector<uint64_t> o(n);
+  for (size_t i = 0; i < n; ++i) o[i] = base + i * page_bytes;
+  return o;
+}
+
 // A prefix chain of `n` page keys whose tokens derive from `seed` (equal
 // seeds give equal chains, in any namespace).
 std::vector<PageKey> MakeChain(const Layout& layout, uint64_t seed, size_t n);

@@ -17,12 +17,6 @@ namespace {
 
 constexpr uint64_t kPage = kSmallPageBytes;
 
-std::vector<uint64_t> Offsets(size_t n, uint64_t base = 0) {
-  std::vector<uint64_t> o(n);
-  for (size_t i = 0; i < n; ++i) o[i] = base + i * kPage;
-  return o;
-}
-
 absl::StatusOr<PutResult> PutInline(Client& c, absl::Span<const PageKey> keys,
                                     const PageKey& parent = PageKey::Zero()) {
   std::vector<std::string> pages;
@@ -382,7 +376,7 @@ TEST_F(DataPathTest, ConcurrentClientsOnDistinctAndSharedKeys) {
         shared_stored += sp->stored;
       }
       std::memset((*buf)->data() + kLen * kPage, 0, kLen * kPage);
-      auto got = (*c)->Get(mine, *id, Offsets(kLen, kLen * kPage));
+      auto got = (*c)->Get(mine, *id, Offsets(kLen, kPage, kLen * kPage));
       if (!got.ok()) return fail(got.status().ToString());
       for (int i = 0; i < kLen; ++i)
         if (tools::CheckPattern(mine[i], (*buf)->data() + (kLen + i) * kPage, kPage) != kPage)

@@ -19,18 +19,6 @@ namespace {
 constexpr uint64_t kPage = kSmallPageBytes;
 constexpr size_t kPages = 32;
 
-std::vector<uint64_t> Offsets(size_t n) {
-  std::vector<uint64_t> o(n);
-  for (size_t i = 0; i < n; ++i) o[i] = i * kPage;
-  return o;
-}
-
-const wire::TierStats* FindTier(const wire::StatsReply& s, const std::string& name) {
-  for (const auto& t : s.tiers())
-    if (t.name() == name) return &t;
-  return nullptr;
-}
-
 // Overwrites the first 4 KiB of the page whose bytes are `page` in the NVMe
 // data file (found by content: slots are 4 KiB-aligned). False when absent.
 bool CorruptOnDisk(const std::string& data_file, const std::string& page) {

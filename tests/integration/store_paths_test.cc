@@ -39,18 +39,6 @@ std::optional<ThreadIo> ReadThreadIo(pid_t pid, pid_t tid) {
   return io;
 }
 
-std::vector<uint64_t> Offsets(size_t n) {
-  std::vector<uint64_t> o(n);
-  for (size_t i = 0; i < n; ++i) o[i] = i * kPage;
-  return o;
-}
-
-const wire::TierStats* FindTier(const wire::StatsReply& s, const std::string& name) {
-  for (const auto& t : s.tiers())
-    if (t.name() == name) return &t;
-  return nullptr;
-}
-
 class StorePathsTest : public DaemonTest {
  protected:
   DaemonOptions DaemonOpts() const override {

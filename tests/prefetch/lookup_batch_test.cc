@@ -9,69 +9,17 @@
 #include <cstring>
 #include <thread>
 
-#include "kvtier/shm_buffer.h"
-#include "tests/integration/daemon_fixture.h"
+#include "tests/prefetch/nvme_daemon_fixture.h"
 #include "tools/common/page_pattern.h"
 
 namespace kvtier::itest {
 namespace {
 
-constexpr uint64_t kPage = kSmallPageBytes;
-constexpr size_t kLen = 8;
-
-std::vector<uint64_t> Offsets(size_t n) {
-  std::vector<uint64_t> o(n);
-  for (size_t i = 0; i < n; ++i) o[i] = i * kPage;
-  return o;
-}
-
-// 4 MiB of host RAM over a 64 MiB NVMe tier: of 20 chains of 8 pages, the
-// oldest end up on NVMe, the newest in RAM.
-class LookupBatchTest : public DaemonTest {
+// Of the 20 chains, the oldest end up on NVMe, the newest in RAM.
+class LookupBatchTest : public NvmeChainsTest {
  protected:
-  DaemonOptions DaemonOpts() const override {
-    return {.flags = {"--host_bytes=4MiB", "--host_slab_bytes=1MiB", "--prefetch_lookahead=true",
-                      "--prefetch_lease_ms=20000"},
-            .nvme = true};
-  }
-  void SetUp() override {
-    DaemonTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    c_ = Connect();
-    ASSERT_TRUE(c_);
-    auto buf = ShmBuffer::Create(kLen * kPage);
-    ASSERT_TRUE(buf.ok()) << buf.status();
-    buf_ = *std::move(buf);
-    auto id = c_->RegisterBuffer(buf_->name(), buf_->size());
-    ASSERT_TRUE(id.ok()) << id.status();
-    id_ = *id;
-    for (uint64_t ch = 0; ch < 20; ++ch) {
-      chains_.push_back(MakeChain(SmallLayout(), 8000 + ch, kLen));
-      for (size_t i = 0; i < kLen; ++i) tools::FillPattern(chains_.back()[i], Page(i), kPage);
-      auto put = c_->Put(chains_.back(), PageKey::Zero(), id_, Offsets(kLen));
-      ASSERT_TRUE(put.ok()) << put.status();
-      ASSERT_EQ(put->stored, kLen);
-    }
-    std::memset(buf_->data(), 0, buf_->size());
-  }
-  void TearDown() override {
-    c_.reset();
-    DaemonTest::TearDown();
-  }
+  LookupBatchTest() : NvmeChainsTest(8000, 0) {}
 
-  uint8_t* Page(size_t i) { return buf_->data() + i * kPage; }
-  wire::PrefetchStats Prefetch() {
-    auto s = c_->Stats();
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? s->prefetch() : wire::PrefetchStats();
-  }
-  bool WaitStats(const std::function<bool(const wire::PrefetchStats&)>& pred) {
-    for (int i = 0; i < 1000; ++i) {
-      if (pred(Prefetch())) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
   // GETs `chain` and checks every page is a `want` hit with its own bytes.
   void ExpectGet(const std::vector<PageKey>& chain, TierKind want) {
     std::memset(buf_->data(), 0, buf_->size());
@@ -85,11 +33,6 @@ class LookupBatchTest : public DaemonTest {
   const std::vector<PageKey>& ram() const { return chains_.back(); }
   const std::vector<PageKey>& ram2() const { return chains_[chains_.size() - 2]; }
   const std::vector<PageKey>& nvme() const { return chains_.front(); }
-
-  std::unique_ptr<Client> c_;
-  std::unique_ptr<ShmBuffer> buf_;
-  BufferId id_ = 0;
-  std::vector<std::vector<PageKey>> chains_;
 };
 
 TEST_F(LookupBatchTest, EachChainIsAnsweredAsASingleLookupAndNvmeHitsComeUp) {

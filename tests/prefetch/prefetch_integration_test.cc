@@ -7,71 +7,18 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "kvtier/shm_buffer.h"
-#include "tests/integration/daemon_fixture.h"
+#include "tests/prefetch/nvme_daemon_fixture.h"
 #include "tools/common/page_pattern.h"
 
 namespace kvtier::itest {
 namespace {
 
-constexpr uint64_t kPage = kSmallPageBytes;
-constexpr size_t kLen = 8;
-
-std::vector<uint64_t> Offsets(size_t n) {
-  std::vector<uint64_t> o(n);
-  for (size_t i = 0; i < n; ++i) o[i] = i * kPage;
-  return o;
-}
-
-// 4 MiB of host RAM over a 64 MiB NVMe tier; 20 chains of 8 pages (10 MiB)
-// leave the oldest chains on NVMe.
-class PrefetchDaemonTest : public DaemonTest {
+class PrefetchDaemonTest : public NvmeChainsTest {
  protected:
-  DaemonOptions DaemonOpts() const override {
-    return {.flags = {"--host_bytes=4MiB", "--host_slab_bytes=1MiB", "--prefetch_lookahead=true",
-                      "--prefetch_lease_ms=20000"},
-            .nvme = true};
-  }
-  void SetUp() override {
-    DaemonTest::SetUp();
-    if (IsSkipped() || HasFatalFailure()) return;
-    c_ = Connect();
-    ASSERT_TRUE(c_);
-    auto buf = ShmBuffer::Create(kLen * kPage + 4096);
-    ASSERT_TRUE(buf.ok()) << buf.status();
-    buf_ = *std::move(buf);
-    auto id = c_->RegisterBuffer(buf_->name(), buf_->size());
-    ASSERT_TRUE(id.ok()) << id.status();
-    id_ = *id;
-    for (uint64_t ch = 0; ch < 20; ++ch) {
-      chains_.push_back(MakeChain(SmallLayout(), 7000 + ch, kLen));
-      for (size_t i = 0; i < kLen; ++i) tools::FillPattern(chains_.back()[i], Page(i), kPage);
-      auto put = c_->Put(chains_.back(), PageKey::Zero(), id_, Offsets(kLen));
-      ASSERT_TRUE(put.ok()) << put.status();
-      ASSERT_EQ(put->stored, kLen);
-    }
-    std::memset(buf_->data(), 0, buf_->size());
-  }
-  void TearDown() override {
-    c_.reset();
-    DaemonTest::TearDown();
-  }
+  // 4 KiB past the chain's pages: where the layer-wise GET's progress word goes.
+  PrefetchDaemonTest() : NvmeChainsTest(7000, 4096) {}
 
-  uint8_t* Page(size_t i) { return buf_->data() + i * kPage; }
   absl::Span<uint8_t> Mapping() { return absl::MakeSpan(buf_->data(), buf_->size()); }
-  wire::PrefetchStats Prefetch() {
-    auto s = c_->Stats();
-    EXPECT_TRUE(s.ok()) << s.status();
-    return s.ok() ? s->prefetch() : wire::PrefetchStats();
-  }
-  // Polls STATS until pred holds (up to 10 s).
-  bool WaitStats(const std::function<bool(const wire::PrefetchStats&)>& pred) {
-    for (int i = 0; i < 1000; ++i) {
-      if (pred(Prefetch())) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
-  }
   // Where each page of `chain` is, one LOOKUP per key would start lookahead,
   // so read it from STATS-neutral GETs instead: callers use the reply tiers.
   void ExpectIntact(const std::vector<PageKey>& chain, const std::vector<TierKind>& tiers,
@@ -82,11 +29,6 @@ class PrefetchDaemonTest : public DaemonTest {
       EXPECT_EQ(tools::CheckPattern(chain[i], Page(i), kPage), kPage) << "page " << i;
     }
   }
-
-  std::unique_ptr<Client> c_;
-  std::unique_ptr<ShmBuffer> buf_;
-  BufferId id_ = 0;
-  std::vector<std::vector<PageKey>> chains_;
 };
 
 TEST_F(PrefetchDaemonTest, LookupStartsPromotingNvmeHitsAndTheGetFindsThemInRam) {
