@@ -576,28 +576,48 @@ TEST(NvmeIoClasses, SharesAreValidated) {
 // queued as write-back, write-back, prefetch, demand start (queue depth 1:
 // one at a time) demand first, then prefetch, then write-back in order; and
 // each is counted under the class of the thread that issued it.
-TEST(NvmeIoClasses, DemandStartsBeforePrefetchBeforeWriteback) {
-  if (!test_hooks::kEnabled) GTEST_SKIP() << "needs KVTIER_TEST_HOOKS";
-  TempDir dir;
-  REQUIRE_DISK(dir);
-  FileDeviceConfig c;
-  c.path = dir.path() + "/data.slab";
-  c.size = 1 << 20;
-  c.queue_depth = 1;
-  c.engine = IoEngineKind::kIoUring;
-  auto dev = CreateFileDevice(c);
-  if (!dev.ok() && absl::StrContains(dev.status().message(), "io_uring unavailable"))
-    GTEST_SKIP() << dev.status();
-  ASSERT_TRUE(dev.ok()) << dev.status();
-  auto& hooks = test_hooks::SyncPoints::Get();
-  std::atomic<bool> armed{true};
-  absl::Notification reached, release;
-  hooks.SetCallback("nvme.ring.before_dispatch", [&](void*) {
-    if (!armed.exchange(false)) return;
-    reached.Notify();
-    release.WaitForNotification();
-  });
-  hooks.EnableProcessing();
+// A file device on io_uring whose ring the test can hold once between
+// taking its queue and starting I/O (sync point nvme.ring.before_dispatch),
+// so requests queued meanwhile reach the ring all at once.
+class NvmeHeldRing : public ::testing::Test {
+ protected:
+  void Open(uint32_t queue_depth) {
+    if (!test_hooks::kEnabled) GTEST_SKIP() << "needs KVTIER_TEST_HOOKS";
+    REQUIRE_DISK(dir_);
+    FileDeviceConfig c;
+    c.path = dir_.path() + "/data.slab";
+    c.size = 1 << 20;
+    c.queue_depth = queue_depth;
+    c.engine = IoEngineKind::kIoUring;
+    auto dev = CreateFileDevice(c);
+    if (!dev.ok() && absl::StrContains(dev.status().message(), "io_uring unavailable"))
+      GTEST_SKIP() << dev.status();
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    dev_ = *std::move(dev);
+    hooks_.SetCallback("nvme.ring.before_dispatch", [this](void*) {
+      if (!armed_.exchange(false)) return;
+      reached_.Notify();
+      release_.WaitForNotification();
+    });
+    hooks_.EnableProcessing();
+  }
+  void TearDown() override {
+    if (!release_.HasBeenNotified()) release_.Notify();  // never leave the ring held
+    dev_.reset();
+    hooks_.DisableProcessing();
+    hooks_.ClearAll();
+  }
+
+  test_hooks::SyncPoints& hooks_ = test_hooks::SyncPoints::Get();
+  TempDir dir_;
+  std::unique_ptr<Device> dev_;
+  std::atomic<bool> armed_{true};
+  absl::Notification reached_, release_;
+};
+
+TEST_F(NvmeHeldRing, DemandStartsBeforePrefetchBeforeWriteback) {
+  Open(1);
+  if (IsSkipped() || HasFatalFailure()) return;
   absl::Mutex mu;
   std::vector<std::string> order;
   std::atomic<int> done{0};
@@ -610,27 +630,27 @@ TEST(NvmeIoClasses, DemandStartsBeforePrefetchBeforeWriteback) {
       done.fetch_add(1);
     };
     if (write) {
-      (*dev)->WriteAsync(block * kBlockSize, buf, kBlockSize, cb);
+      dev_->WriteAsync(block * kBlockSize, buf, kBlockSize, cb);
     } else {
-      (*dev)->ReadAsync(block * kBlockSize, buf, kBlockSize, cb);
+      dev_->ReadAsync(block * kBlockSize, buf, kBlockSize, cb);
     }
   };
   std::vector<Buf> bufs;
   for (int i = 0; i < 5; ++i) bufs.push_back(AlignedBuf(kBlockSize, static_cast<char>('a' + i)));
   io("first", IoClass::kDemand, false, 0, bufs[0].get());  // wakes the ring: it stops at the hook
-  ASSERT_TRUE(reached.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(reached_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   io("writeback1", IoClass::kWriteback, true, 1, bufs[1].get());
   io("writeback2", IoClass::kWriteback, true, 2, bufs[2].get());
   io("prefetch", IoClass::kPrefetch, false, 3, bufs[3].get());
   io("demand", IoClass::kDemand, false, 4, bufs[4].get());
-  release.Notify();
+  release_.Notify();
   for (int i = 0; i < 1000 && done.load() < 5; ++i) absl::SleepFor(absl::Milliseconds(10));
-  hooks.DisableProcessing();
-  hooks.ClearAll();
+  hooks_.DisableProcessing();
+  hooks_.ClearAll();
   absl::MutexLock lock(&mu);
   EXPECT_THAT(order, ::testing::ElementsAre("first", "demand", "prefetch", "writeback1",
                                             "writeback2"));
-  const DeviceStats st = (*dev)->stats();
+  const DeviceStats st = dev_->stats();
   EXPECT_EQ(st.class_ios[static_cast<size_t>(IoClass::kDemand)], 2u);
   EXPECT_EQ(st.class_ios[static_cast<size_t>(IoClass::kPrefetch)], 1u);
   EXPECT_EQ(st.class_ios[static_cast<size_t>(IoClass::kWriteback)], 2u);
@@ -639,37 +659,19 @@ TEST(NvmeIoClasses, DemandStartsBeforePrefetchBeforeWriteback) {
 // The shares hold at every start: prefetch never has more than its cap in
 // flight, write-back no more than its cap while any read is in flight, and
 // all the depth once the reads are done.
-TEST(NvmeIoClasses, SharesCapWhatIsInFlight) {
-  if (!test_hooks::kEnabled) GTEST_SKIP() << "needs KVTIER_TEST_HOOKS";
-  TempDir dir;
-  REQUIRE_DISK(dir);
-  FileDeviceConfig c;
-  c.path = dir.path() + "/data.slab";
-  c.size = 1 << 20;
-  c.queue_depth = 8;  // caps: prefetch 8 x 0.25 = 2, write-back 8 x 0.125 = 1
-  c.engine = IoEngineKind::kIoUring;
-  auto dev = CreateFileDevice(c);
-  if (!dev.ok() && absl::StrContains(dev.status().message(), "io_uring unavailable"))
-    GTEST_SKIP() << dev.status();
-  ASSERT_TRUE(dev.ok()) << dev.status();
-  auto& hooks = test_hooks::SyncPoints::Get();
-  std::atomic<bool> armed{true};
-  absl::Notification reached, release;
-  hooks.SetCallback("nvme.ring.before_dispatch", [&](void*) {
-    if (!armed.exchange(false)) return;
-    reached.Notify();
-    release.WaitForNotification();
-  });
+TEST_F(NvmeHeldRing, SharesCapWhatIsInFlight) {
+  Open(8);  // caps: prefetch 8 x 0.25 = 2, write-back 8 x 0.125 = 1
+  if (IsSkipped() || HasFatalFailure()) return;
   // Runs on the ring thread, the only writer of the counts.
   uint32_t max_prefetch = 0, max_wb_with_reads = 0, max_wb_alone = 0;
-  hooks.SetCallback("nvme.ring.started", [&](void* arg) {
+  hooks_.SetCallback("nvme.ring.started", [&](void* arg) {
     const auto* n = static_cast<const uint32_t*>(arg);
     const uint32_t reads = n[0] + n[1], wb = n[2];
     max_prefetch = std::max(max_prefetch, n[1]);
     uint32_t& max_wb = reads > 0 ? max_wb_with_reads : max_wb_alone;
     max_wb = std::max(max_wb, wb);
   });
-  hooks.EnableProcessing();
+  hooks_.EnableProcessing();
   std::atomic<int> done{0};
   Buf block = AlignedBuf(kBlockSize, 'x');
   std::vector<Buf> in;
@@ -681,22 +683,22 @@ TEST(NvmeIoClasses, SharesCapWhatIsInFlight) {
         done.fetch_add(1);
       };
       if (write) {
-        (*dev)->WriteAsync(uint64_t(i) * kBlockSize, block.get(), kBlockSize, cb);
+        dev_->WriteAsync(uint64_t(i) * kBlockSize, block.get(), kBlockSize, cb);
       } else {
         in.push_back(AlignedBuf(kBlockSize));
-        (*dev)->ReadAsync(uint64_t(i) * kBlockSize, in.back().get(), kBlockSize, cb);
+        dev_->ReadAsync(uint64_t(i) * kBlockSize, in.back().get(), kBlockSize, cb);
       }
     }
   };
   submit(IoClass::kDemand, false, 1);  // wakes the ring: it stops at the hook
-  ASSERT_TRUE(reached.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(reached_.WaitForNotificationWithTimeout(absl::Seconds(10)));
   submit(IoClass::kWriteback, true, 32);
   submit(IoClass::kPrefetch, false, 8);
   submit(IoClass::kDemand, false, 4);
-  release.Notify();
+  release_.Notify();
   for (int i = 0; i < 1000 && done.load() < 45; ++i) absl::SleepFor(absl::Milliseconds(10));
-  hooks.DisableProcessing();
-  hooks.ClearAll();
+  hooks_.DisableProcessing();
+  hooks_.ClearAll();
   EXPECT_EQ(done.load(), 45);
   EXPECT_LE(max_prefetch, 2u);
   EXPECT_LE(max_wb_with_reads, 1u);

@@ -100,8 +100,10 @@ class NvmeTierTest : public ::testing::Test {
 class NvmeFaultTest : public NvmeTierTest {
  protected:
   // A host tier of `host_pages` over an NVMe tier whose device is `inner`
-  // behind the fault injector (a memory device unless given).
-  void OpenFaulty(uint64_t host_pages, std::unique_ptr<nvme::Device> inner = nullptr) {
+  // behind the fault injector (a memory device unless given), managed
+  // under `config` (write_through_ applies on top).
+  void OpenFaulty(uint64_t host_pages, std::unique_ptr<nvme::Device> inner = nullptr,
+                  TierManagerConfig config = NoThreadConfig()) {
     mgr_.reset();
     if (inner == nullptr) inner = nvme::CreateMemoryDevice(NvmeConfig().capacity_bytes);
     std::vector<std::unique_ptr<Tier>> tiers;
@@ -110,7 +112,6 @@ class NvmeFaultTest : public NvmeTierTest {
                                nvme::CreateFaultInjectingDevice(std::move(inner), faults_));
     ASSERT_TRUE(nvme.ok()) << nvme.status();
     tiers.push_back(*std::move(nvme));
-    TierManagerConfig config = NoThreadConfig();
     config.write_through = write_through_;
     auto m = TierManager::Create(config, std::move(tiers));
     ASSERT_TRUE(m.ok()) << m.status();

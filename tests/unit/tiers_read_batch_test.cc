@@ -100,19 +100,9 @@ class ReadBatchTest : public NvmeFaultTest {
       gate_ = g.get();
       inner = std::move(g);
     }
-    std::vector<std::unique_ptr<Tier>> tiers;
-    tiers.push_back(HostTier(host_pages * kPage, kPage));
-    auto nvme = CreateNvmeTier(NvmeConfig(),
-                               nvme::CreateFaultInjectingDevice(std::move(inner), faults_));
-    ASSERT_TRUE(nvme.ok()) << nvme.status();
-    tiers.push_back(*std::move(nvme));
     TierManagerConfig config = NoThreadConfig();
     config.promote_on_get = promote_on_get;
-    auto m = TierManager::Create(config, std::move(tiers));
-    ASSERT_TRUE(m.ok()) << m.status();
-    mgr_ = *std::move(m);
-    ns_["a"] = AddNs(*mgr_, "a");
-    ASSERT_TRUE(mgr_->RecoverPersistent().ok());
+    ASSERT_NO_FATAL_FAILURE(OpenFaulty(host_pages, std::move(inner), config));
     PutChain("a", 0, n);
     ASSERT_TRUE(mgr_->FlushToPersistent().ok());
     ASSERT_EQ(Snap(1).pages, n);
