@@ -53,6 +53,14 @@ void ReadPagesForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
   store.ReadPages(pins, tiers::ReadOptions{.promote_to = promote_to, .demand = &hook}, on_page);
 }
 
+tiers::LayerReadStats ReadLayersForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
+                                       absl::Span<tiers::PagePin> pins, uint64_t layer_bytes,
+                                       uint32_t layers, tiers::LayerSink& sink, int promote_to) {
+  PrefetchDemandHook hook(pf);
+  return store.ReadLayers(pins, layer_bytes, layers,
+                          tiers::ReadOptions{.promote_to = promote_to, .demand = &hook}, sink);
+}
+
 std::shared_ptr<GetTransfer> DataPath::PlanGet(tiers::NamespaceId ns,
                                                absl::Span<const PageKey> keys, uint64_t page_bytes,
                                                std::shared_ptr<ClientBuffer> buffer,

@@ -116,5 +116,11 @@ absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::P
 void ReadPagesForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
                      absl::Span<tiers::PagePin> pins, tiers::PageReadFn on_page,
                      int promote_to = -1);
+// A layer-wise GET: tiers::TierManager::ReadLayers, whose sink gets each
+// layer of each page once verified, layer 0 of every page first.
+tiers::LayerReadStats ReadLayersForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
+                                       absl::Span<tiers::PagePin> pins, uint64_t layer_bytes,
+                                       uint32_t layers, tiers::LayerSink& sink,
+                                       int promote_to = -1);
 
 }  // namespace kvtier::daemon

@@ -27,10 +27,15 @@ struct PolicyGet {
   bool layerwise = false;
   uint64_t progress_offset = 0;
   uint32_t prefetch_waits = 0;
+  // Layer-wise: each copy part delivers every layer of its pages; the
+  // counter in the buffer moves to l+1 once every part has delivered l.
+  absl::Mutex progress_mu;
+  std::vector<uint32_t> parts_done ABSL_GUARDED_BY(progress_mu);  // per layer
+  uint32_t parts = 1;
+  uint32_t published ABSL_GUARDED_BY(progress_mu) = 0;  // the counter's value
   // Filled when the copy starts.
   std::vector<tiers::PagePin> pins;
   std::string tiers;
-  std::vector<std::vector<uint8_t>> bounce;  // layer-wise: pages read from below RAM, kept
   std::atomic<bool> fault{false};
   FirstError error;
   void Fail(absl::Status st) { error.Set(std::move(st)); }
@@ -81,29 +86,63 @@ void ReadRange(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& sto
                   pf.target_index());
 }
 
-// Layer-major copy: layer l of every page, then the progress counter = l+1.
-// Pages come up whole first: their checksum covers the whole page, so no
-// layer of an unverified page is ever exposed.
-void CopyLayers(PolicyGet& job, tiers::TierManager& store, prefetch::Prefetcher& pf) {
-  std::vector<const uint8_t*> src(job.keys.size());
-  ReadRange(job, 0, job.keys.size(), store, pf, [&](size_t i, const uint8_t* bytes) {
-    // A RAM slot stays put while pinned; a page read from below is kept.
-    if ((src[i] = job.pins[i].data()) != nullptr) return;
-    job.bounce[i].assign(bytes, bytes + job.page_bytes);
-    src[i] = job.bounce[i].data();
-  });
-  uint8_t* base = job.buffer->data();
-  std::atomic_ref<uint64_t> progress(*reinterpret_cast<uint64_t*>(base + job.progress_offset));
-  bool ok = GuardedRun([&] {
-    progress.store(0, std::memory_order_release);
-    for (uint32_t l = 0; l < job.layers; ++l) {
-      const uint64_t at = uint64_t{l} * job.layer_bytes;
-      for (size_t i = 0; i < job.keys.size(); ++i)
-        if (src[i] != nullptr) std::memcpy(base + job.offsets[i] + at, src[i] + at, job.layer_bytes);
-      progress.store(l + 1, std::memory_order_release);
-    }
-  });
-  if (!ok) job.fault = true;
+// Layer-major copy, as the store hands layers over: layer l of every page
+// (each verified: pages below RAM are read and checked layer by layer), then
+// the progress counter = l+1 once every copy part is past layer l. A page that fails part-way is a miss in the
+// reply; the layers of it already copied were right bytes.
+class LayerCopy final : public tiers::LayerSink {
+ public:
+  // Pages [begin, ...) of the job: the store numbers them from 0.
+  LayerCopy(PolicyGet& job, size_t begin)
+      : job_(job),
+        begin_(begin),
+        base_(job.buffer->data()),
+        progress_(*reinterpret_cast<uint64_t*>(base_ + job.progress_offset)) {}
+  void Layer(size_t i, uint32_t l, const uint8_t* bytes) override {
+    const uint64_t at = uint64_t{l} * job_.layer_bytes;
+    Guard([&] { std::memcpy(base_ + job_.offsets[begin_ + i] + at, bytes, job_.layer_bytes); });
+  }
+  // This part delivered layer l; the counter covers the layers every part
+  // delivered (a part may run ahead of another).
+  void LayerDone(uint32_t l) override {
+    delivered_ = l + 1;
+    absl::MutexLock lock(&job_.progress_mu);
+    ++job_.parts_done[l];
+    uint32_t& n = job_.published;
+    while (n < job_.layers && job_.parts_done[n] == job_.parts) ++n;
+    Guard([&] { progress_.store(n, std::memory_order_release); });
+  }
+  void PageFailed(size_t i, absl::Status why) override {
+    if (!absl::IsDataLoss(why)) job_.Fail(std::move(why));
+    job_.tiers[begin_ + i] = 0;  // the store resets the pin of a corrupt page itself
+  }
+  // After the read: layers this part never delivered (all its pages
+  // failed, or it had none) must not hold the others' counter back.
+  void Finish() {
+    for (uint32_t l = delivered_; l < job_.layers; ++l) LayerDone(l);
+  }
+
+ private:
+  // Once the buffer faulted (truncated by its owner), nothing more is copied.
+  template <typename F>
+  void Guard(F f) {
+    if (!job_.fault && !GuardedRun(f)) job_.fault = true;
+  }
+  PolicyGet& job_;
+  const size_t begin_;
+  uint8_t* base_;
+  std::atomic_ref<uint64_t> progress_;
+  uint32_t delivered_ = 0;
+};
+
+// Pages [begin, end) of a layer-wise GET, on one copy worker: each part
+// reads and copies its own pages, so the copy out of RAM uses every worker.
+void CopyLayers(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
+                prefetch::Prefetcher& pf) {
+  LayerCopy copy(job, begin);
+  ReadLayersForGet(store, &pf, absl::MakeSpan(job.pins).subspan(begin, end - begin),
+                   job.layer_bytes, job.layers, copy, pf.target_index());
+  copy.Finish();
 }
 
 void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
@@ -217,7 +256,6 @@ absl::Status Daemon::SubmitPolicyGet(Session& s, const DecodedRequest& d,
 void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
   const size_t n = job->keys.size();
   job->pins.resize(n);
-  job->bounce.resize(n);
   job->tiers.assign(n, '\0');
   std::vector<PageKey> below;  // not in RAM under best_effort / timeout
   const int target = prefetcher_->target_index();
@@ -239,11 +277,26 @@ void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
   std::vector<CopyEngine::Part> parts;
   tiers::TierManager* store = store_.get();
   prefetch::Prefetcher* pf = prefetcher_.get();
+  const auto ranges = SplitRanges(n, job->page_bytes, engine_->threads());
   if (job->layerwise) {
-    parts.push_back([job, store, pf] { CopyLayers(*job, *store, *pf); });
-  } else {
-    for (auto [b, e] : SplitRanges(n, job->page_bytes, engine_->threads()))
+    job->parts = static_cast<uint32_t>(ranges.size());
+    {
+      absl::MutexLock lock(&job->progress_mu);
+      job->parts_done.assign(job->layers, 0);
+    }
+    uint8_t* counter = job->buffer->data() + job->progress_offset;
+    if (!GuardedRun([&] {
+          std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(counter))
+              .store(0, std::memory_order_release);
+        }))
+      job->fault = true;
+  }
+  for (auto [b, e] : ranges) {
+    if (job->layerwise) {
+      parts.push_back([job, store, pf, b = b, e = e] { CopyLayers(*job, b, e, *store, *pf); });
+    } else {
       parts.push_back([job, store, pf, b = b, e = e] { CopyPages(*job, b, e, *store, *pf); });
+    }
   }
   engine_->Submit(std::move(parts), [job] {
     Reply reply;

@@ -137,6 +137,10 @@ absl::Status TierManager::Impl::KnownCorrupt(PageEntry* e) {
 
 absl::Status TierManager::Impl::VerifySum(PageEntry* e, size_t t, uint64_t sum) {
   if (sum == e->checksum) return absl::OkStatus();
+  return CorruptRead(e, t);
+}
+
+absl::Status TierManager::Impl::CorruptRead(PageEntry* e, size_t t) {
   TierState& ts = *tiers[t];
   ts.checksum_errors.fetch_add(1, std::memory_order_relaxed);
   DropCorrupt(e);

@@ -16,87 +16,31 @@
 
 #include "absl/synchronization/mutex.h"
 #include "tiers/tier_manager.h"
+#include "tiers/read_buffers.h"
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
+using internal::Bounce;
+using internal::DemandScope;
+using internal::GiveBounce;
+using internal::kReadAlign;
+using internal::TakeBounce;
+
 namespace {
-
-// Bounce buffers are block-aligned and whole blocks, so an O_DIRECT tier
-// reads straight into them.
-constexpr uint64_t kReadAlign = 4096;
-// Bounce bytes a thread keeps for its next batch (copy workers live long:
-// the memory stays faulted in, and a fresh 1 MiB buffer costs 256 faults).
-constexpr uint64_t kKeepBounceBytes = 64ull << 20;
-
-uint64_t RoundUp(uint64_t n) { return (n + kReadAlign - 1) / kReadAlign * kReadAlign; }
-
-// Tells the prefetcher, for as long as it lives, that a demand read of a
-// lower tier runs (it holds back new promotions meanwhile).
-class DemandScope {
- public:
-  explicit DemandScope(DemandReadHook* hook) : hook_(hook) {
-    if (hook_ != nullptr) hook_->BeginDemandRead();
-  }
-  ~DemandScope() {
-    if (hook_ != nullptr) hook_->EndDemandRead();
-  }
-  DemandScope(const DemandScope&) = delete;
-  DemandScope& operator=(const DemandScope&) = delete;
-
- private:
-  DemandReadHook* hook_;
-};
-
-struct FreeBytes {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-struct Bounce {
-  std::unique_ptr<uint8_t, FreeBytes> bytes;
-  uint64_t room = 0;
-};
-
-thread_local std::vector<Bounce> t_bounce;  // this thread's spare buffers
-
-Bounce TakeBounce(uint64_t room) {
-  for (size_t k = t_bounce.size(); k-- > 0;) {
-    if (t_bounce[k].room < room) continue;
-    Bounce b = std::move(t_bounce[k]);
-    t_bounce.erase(t_bounce.begin() + static_cast<ptrdiff_t>(k));
-    return b;
-  }
-  return Bounce{std::unique_ptr<uint8_t, FreeBytes>(
-                    static_cast<uint8_t*>(std::aligned_alloc(kReadAlign, room))),
-                room};
-}
-
-void GiveBounce(Bounce b) {
-  if (b.bytes == nullptr) return;
-  uint64_t kept = b.room;
-  for (const Bounce& o : t_bounce) kept += o.room;
-  if (kept <= kKeepBounceBytes) t_bounce.push_back(std::move(b));
-}
-
+uint64_t RoundUp(uint64_t n) { return internal::RoundUpToBlock(n); }
 }  // namespace
 
 // ReadPages' state. Reads complete on the tier's I/O threads, whose
-// callbacks only queue (index, status) under `Completions::mu` (a lock
-// never held around ReadAsync); verification, the promotion's switch, and
-// `on_page` run on the calling thread.
+// callbacks only queue (ReadCompletions); verification, the promotion's
+// switch, and `on_page` run on the calling thread.
 class PageReadBatch {
  public:
   PageReadBatch(TierManager& mgr, absl::Span<PagePin> pins, const ReadOptions& options,
                 PageReadFn on_page)
       : mgr_(mgr), m_(*mgr.impl_), pins_(pins), options_(options), on_page_(on_page),
-        promote_to_(PromoteTarget(m_, options)) {}
+        promote_to_(m_.PromoteTarget(options)) {}
 
   void Run();
-
-  // Where a GET promotes pages under `o` (ReadPage's rule too); nullopt:
-  // it does not.
-  static std::optional<size_t> PromoteTarget(const TierManager::Impl& m, const ReadOptions& o) {
-    if (!o.promote || !m.config.promote_on_get) return std::nullopt;
-    return o.promote_to >= 0 ? static_cast<size_t>(o.promote_to) : m.promote_to;
-  }
 
  private:
   using Impl = TierManager::Impl;
@@ -106,16 +50,12 @@ class PageReadBatch {
     std::optional<Impl::PageMove> move;
     Bounce bounce;
   };
-  struct Completions {
-    absl::Mutex mu;
-    absl::CondVar cv;
-    std::vector<std::pair<size_t, absl::Status>> done ABSL_GUARDED_BY(mu);
-  };
-
   PageEntry* Entry(const Read& r) const { return pins_[r.i].entry_; }
   size_t Window() const;
-  Tier::ReadDone Done(size_t r);
-  std::vector<std::pair<size_t, absl::Status>> Wait();
+  Tier::ReadDone Done(size_t r) {
+    ++inflight_;
+    return completions_.Done(r);
+  }
   void Start(size_t r);
   bool StartPromotion(size_t r);
   void StartBounce(size_t r);
@@ -131,9 +71,7 @@ class PageReadBatch {
   const std::optional<size_t> promote_to_;
   std::vector<Read> reads_;
   size_t inflight_ = 0;
-  // Shared with the callbacks: the last one may still be leaving the mutex
-  // when Run returns.
-  std::shared_ptr<Completions> completions_ = std::make_shared<Completions>();
+  internal::ReadCompletions completions_;
 };
 
 void PageReadBatch::Run() {
@@ -154,7 +92,7 @@ void PageReadBatch::Run() {
   // RAM pages are copied while the disk works.
   for (size_t i : ram) Hand(i, pins_[i].data());
   while (inflight_ > 0) {
-    for (auto& [r, st] : Wait()) {
+    for (auto& [r, st] : completions_.Wait()) {
       --inflight_;
       Complete(r, std::move(st));
     }
@@ -170,24 +108,6 @@ size_t PageReadBatch::Window() const {
   }
   const uint64_t by_bytes = std::max<uint64_t>(1, options_.max_bounce_bytes / room);
   return static_cast<size_t>(std::min(depth, by_bytes));
-}
-
-Tier::ReadDone PageReadBatch::Done(size_t r) {
-  ++inflight_;
-  return [c = completions_, r](absl::Status st) {
-    absl::MutexLock lock(&c->mu);
-    c->done.emplace_back(r, std::move(st));
-    c->cv.Signal();
-  };
-}
-
-std::vector<std::pair<size_t, absl::Status>> PageReadBatch::Wait() {
-  std::vector<std::pair<size_t, absl::Status>> out;
-  Completions& c = *completions_;
-  absl::MutexLock lock(&c.mu);
-  while (c.done.empty()) c.cv.Wait(&c.mu);
-  out.swap(c.done);
-  return out;
 }
 
 void PageReadBatch::Start(size_t r) {
@@ -279,7 +199,7 @@ absl::StatusOr<const uint8_t*> TierManager::ReadPage(PagePin& pin, std::vector<u
   if (!pin.valid()) return absl::FailedPreconditionError("ReadPage on an empty PagePin");
   if (const uint8_t* p = pin.data()) return p;
   DemandScope demand(options.demand);
-  const std::optional<size_t> to = PageReadBatch::PromoteTarget(*impl_, options);
+  const std::optional<size_t> to = impl_->PromoteTarget(options);
   if (to && PromoteTo(pin, *to) == PromoteOutcome::kPromoted) {
     if (const uint8_t* p = pin.data()) return p;
   }

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "kvtier/page_key.h"
 #include "tiers/io_class.h"
+#include "tiers/verify_chunks.h"
 
 namespace kvtier::tiers {
 
@@ -101,6 +102,20 @@ class Tier {
   virtual void ReadAsync(const Slot& slot, void* dst, uint64_t dst_room, ReadDone done) {
     done(Read(slot, 0, dst, slot.bytes));
   }
+  // ReadAsync of the page's bytes [offset, offset + n) only, into dst (room
+  // for dst_room bytes): offset a multiple of 4 KiB; n too, unless the range
+  // reaches the page end. Same contract as ReadAsync otherwise. The default
+  // reads synchronously.
+  virtual void ReadRangeAsync(const Slot& slot, uint64_t offset, uint64_t n, void* dst,
+                              uint64_t dst_room, ReadDone done) {
+    done(Read(slot, offset, dst, n));
+  }
+  // The verification chunks recorded for the page `meta` names in `slot`
+  // (verify_chunks.h), so a part of it can be verified alone; empty when
+  // the tier keeps none (volatile tiers: their bytes never leave the
+  // process) or the page was recorded without them. May read the tier's
+  // index (disk). Thread-safe.
+  virtual ChunkSums ReadChunkSums(const Slot& slot, const PageMeta& meta) { return {}; }
   // How many ReadAsync calls are worth keeping in flight at once (the
   // device's queue depth); 1 for tiers without asynchronous I/O.
   virtual uint32_t queue_depth() const { return 1; }

@@ -90,6 +90,7 @@ struct NamespaceConfig {
 
 class TierManager;
 class PageReadBatch;  // ReadPages' state, private to page_reads.cc
+class LayerReadBatch;  // ReadLayers' state, private to layer_reads.cc
 struct PageEntry;  // index entry, private to tier_manager.cc
 
 // What Reservation::CommitAll did.
@@ -127,6 +128,7 @@ class PagePin {
  private:
   friend class TierManager;
   friend class PageReadBatch;
+  friend class LayerReadBatch;
   PagePin(TierManager* mgr, PageEntry* entry, bool hold = false)
       : mgr_(mgr), entry_(entry), hold_(hold) {}
   TierManager* mgr_ = nullptr;
@@ -266,6 +268,31 @@ struct ReadOptions {
 // calling thread; the bytes are valid during the call only.
 using PageReadFn = absl::FunctionRef<void(size_t i, absl::StatusOr<const uint8_t*> bytes)>;
 
+// Receives a layer-wise read (TierManager::ReadLayers) layer by layer, on
+// the calling thread.
+class LayerSink {
+ public:
+  virtual ~LayerSink() = default;
+  // Layer l of page i, verified; the bytes stay valid until ReadLayers
+  // returns.
+  virtual void Layer(size_t i, uint32_t l, const uint8_t* bytes) = 0;
+  // Every page still readable has handed over layers 0..l (called for
+  // l = 0, 1, ... in order).
+  virtual void LayerDone(uint32_t l) = 0;
+  // Page i cannot be read, and none of its further layers follow (the ones
+  // handed over were verified: right, but the page is incomplete). DataLoss:
+  // a miss (corrupt on disk; pins[i] was reset); other codes: an error.
+  virtual void PageFailed(size_t i, absl::Status why) = 0;
+};
+
+// How ReadLayers read the pages it was given.
+struct LayerReadStats {
+  uint32_t ram_pages = 0;      // host-addressable already
+  uint32_t chunked_pages = 0;  // read layer by layer, verified by their chunks
+  uint32_t whole_pages = 0;    // read whole first (no chunk sums recorded)
+  uint32_t promoted_pages = 0; // of those read, moved up into the promotion target
+};
+
 struct LookupResult {
   uint32_t hits = 0;               // leading keys present
   std::vector<TierKind> tiers;     // tier of each hit
@@ -391,6 +418,21 @@ class TierManager {
   // done with it). Returns once every page was handed over.
   void ReadPages(absl::Span<PagePin> pins, const ReadOptions& options, PageReadFn on_page);
 
+  // The read operation of a layer-wise GET (tiers/layer_reads.cc), on a copy
+  // worker: pages of `layers` contiguous slices of `layer_bytes` each. Pages
+  // below host memory are read layer-major: the part of every page that
+  // holds layer l is read as one batch (all in flight at once, up to the
+  // tier's queue depth), verified by the page's chunk sums
+  // (verify_chunks.h), handed to `sink`, while the next layers' reads are
+  // already in flight; into the promotion target's slot (ReadPage's rules)
+  // or a bounce buffer. A page recorded without chunk sums is read and
+  // verified whole before its first layer. No unverified byte is ever
+  // handed over. A pin whose page is not layers * layer_bytes fails with
+  // InvalidArgument. Returns once every valid pin's page was handed over or
+  // failed.
+  LayerReadStats ReadLayers(absl::Span<PagePin> pins, uint64_t layer_bytes, uint32_t layers,
+                            const ReadOptions& options, LayerSink& sink);
+
   // promote_on_get's move (ReadPage uses it; kvtier-sim too): PromoteTo the
   // highest host-addressable tier, making room only by dropping clean pages,
   // so the pin's data() becomes addressable. Best effort: false when
@@ -453,6 +495,7 @@ class TierManager {
   friend class PagePin;
   friend class Reservation;
   friend class PageReadBatch;
+  friend class LayerReadBatch;
   struct Impl;
   explicit TierManager(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -126,7 +126,16 @@ struct TierManager::Impl {
   // checksum, which counts the error and drops the page.
   absl::Status KnownCorrupt(PageEntry* e);
   absl::Status VerifySum(PageEntry* e, size_t t, uint64_t sum);
+  // Bytes of e read from tier t failed their check: counts it, drops the
+  // page (a miss, never wrong bytes) and says so.
+  absl::Status CorruptRead(PageEntry* e, size_t t);
   absl::Status VerifyRead(PageEntry* e, size_t t, const void* bytes);
+  // Where a GET promotes the pages it reads under `o` (ReadPage, ReadPages,
+  // ReadLayers); nullopt: it does not.
+  std::optional<size_t> PromoteTarget(const ReadOptions& o) const {
+    if (!o.promote || !config.promote_on_get) return std::nullopt;
+    return o.promote_to >= 0 ? static_cast<size_t>(o.promote_to) : promote_to;
+  }
   // Whether a page leaving tier t may be written to tier t+1 (admission).
   bool Admit(const PageEntry* e, size_t t) const;
 

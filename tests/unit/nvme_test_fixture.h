@@ -24,6 +24,33 @@ using testing::Key;
 using testing::NoThreadConfig;
 using testing::Put;
 
+// A device that hands every I/O to `inner`; tests override what they watch.
+class ForwardingDevice : public nvme::Device {
+ public:
+  explicit ForwardingDevice(std::unique_ptr<nvme::Device> inner)
+      : Device(inner->size()), inner_(std::move(inner)) {}
+  std::string Describe() const override { return "forward(" + inner_->Describe() + ")"; }
+
+ protected:
+  nvme::Device& inner() { return *inner_; }
+  absl::Status ReadImpl(uint64_t offset, void* buf, uint64_t n) override {
+    return inner_->Read(offset, buf, n);
+  }
+  absl::Status WriteImpl(uint64_t offset, const void* buf, uint64_t n) override {
+    return inner_->Write(offset, buf, n);
+  }
+  void ReadAsyncImpl(uint64_t offset, void* buf, uint64_t n, nvme::IoCallback cb) override {
+    inner_->ReadAsync(offset, buf, n, std::move(cb));
+  }
+  void WriteAsyncImpl(uint64_t offset, const void* buf, uint64_t n, nvme::IoCallback cb) override {
+    inner_->WriteAsync(offset, buf, n, std::move(cb));
+  }
+  absl::Status FlushImpl() override { return inner_->Flush(); }
+
+ private:
+  std::unique_ptr<nvme::Device> inner_;
+};
+
 constexpr uint64_t kPage = 64 << 10;  // 64 KiB pages
 constexpr uint64_t kSlab = 1 << 20;
 

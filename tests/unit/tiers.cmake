@@ -24,3 +24,13 @@ kvtier_test(
   LABELS unit
   TIMEOUT 120)
 target_include_directories(tiers_read_batch_test PRIVATE ${PROJECT_SOURCE_DIR})
+
+# tiers_layer_reads_test: TierManager::ReadLayers (layer-wise GET reads,
+# verified by chunk sums) over the NVMe tier on a memory device.
+kvtier_test(
+  NAME tiers_layer_reads_test
+  SRCS ${PROJECT_SOURCE_DIR}/tests/unit/tiers_layer_reads_test.cc
+  DEPS kvtier_nvme RocksDB::rocksdb
+  LABELS unit
+  TIMEOUT 120)
+target_include_directories(tiers_layer_reads_test PRIVATE ${PROJECT_SOURCE_DIR})

@@ -17,10 +17,10 @@ namespace {
 // Holds async reads back until `gate` of them wait (or 20 ms pass), then
 // lets them all go: a caller that issues reads one at a time never has
 // more than one in flight, one that batches has `gate` at once.
-class GateDevice final : public nvme::Device {
+class GateDevice final : public ForwardingDevice {
  public:
   GateDevice(std::unique_ptr<nvme::Device> inner, size_t gate)
-      : Device(inner->size()), inner_(std::move(inner)), gate_(gate) {
+      : ForwardingDevice(std::move(inner)), gate_(gate) {
     timer_ = std::thread([this] {
       while (!stop_.load()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -33,15 +33,8 @@ class GateDevice final : public nvme::Device {
     timer_.join();
     Release(0);
   }
-  std::string Describe() const override { return "gate(" + inner_->Describe() + ")"; }
 
  protected:
-  absl::Status ReadImpl(uint64_t offset, void* buf, uint64_t n) override {
-    return inner_->Read(offset, buf, n);
-  }
-  absl::Status WriteImpl(uint64_t offset, const void* buf, uint64_t n) override {
-    return inner_->Write(offset, buf, n);
-  }
   void ReadAsyncImpl(uint64_t offset, void* buf, uint64_t n, nvme::IoCallback cb) override {
     {
       absl::MutexLock lock(&mu_);
@@ -49,10 +42,6 @@ class GateDevice final : public nvme::Device {
     }
     Release(gate_);
   }
-  void WriteAsyncImpl(uint64_t offset, const void* buf, uint64_t n, nvme::IoCallback cb) override {
-    inner_->WriteAsync(offset, buf, n, std::move(cb));
-  }
-  absl::Status FlushImpl() override { return inner_->Flush(); }
 
  private:
   struct Held {
@@ -69,10 +58,9 @@ class GateDevice final : public nvme::Device {
       if (held_.empty() || held_.size() < at_least) return;
       go.swap(held_);
     }
-    for (Held& h : go) inner_->ReadAsync(h.offset, h.buf, h.n, std::move(h.cb));
+    for (Held& h : go) inner().ReadAsync(h.offset, h.buf, h.n, std::move(h.cb));
   }
 
-  std::unique_ptr<nvme::Device> inner_;
   const size_t gate_;
   absl::Mutex mu_;
   std::vector<Held> held_ ABSL_GUARDED_BY(mu_);

@@ -14,8 +14,10 @@ namespace {
 
 constexpr char kPagePrefix = 'p';
 constexpr char kFingerprintKey[] = "meta/fingerprint";
-constexpr uint8_t kRecordVersion = 1;
+constexpr uint8_t kRecordVersion = 1;        // no verification chunks
+constexpr uint8_t kChunkedRecordVersion = 2;  // + u32 chunk bytes, u16 count, u64 sums
 constexpr size_t kValueBytes = 1 + 16 + 8 + 4 + 8 + 8;
+constexpr size_t kChunkHeaderBytes = 4 + 2;
 
 template <typename T>
 void Append(std::string& out, T v) {
@@ -57,13 +59,18 @@ std::string NvmeIndex::EncodeKey(absl::string_view ns, const PageKey& key) {
 
 std::string NvmeIndex::EncodeValue(const IndexRecord& r) {
   std::string v;
-  v.reserve(kValueBytes);
-  v.push_back(static_cast<char>(kRecordVersion));
+  const bool chunked = r.chunk_bytes != 0 && !r.chunk_sums.empty() && r.chunk_sums.size() <= UINT16_MAX;
+  v.reserve(kValueBytes + (chunked ? kChunkHeaderBytes + 8 * r.chunk_sums.size() : 0));
+  v.push_back(static_cast<char>(chunked ? kChunkedRecordVersion : kRecordVersion));
   v.append(reinterpret_cast<const char*>(r.parent.bytes.data()), kPageKeyBytes);
   Append(v, r.offset);
   Append(v, r.bytes);
   Append(v, r.checksum);
   Append(v, r.stamp);
+  if (!chunked) return v;
+  Append(v, r.chunk_bytes);
+  Append(v, static_cast<uint16_t>(r.chunk_sums.size()));
+  for (uint64_t s : r.chunk_sums) Append(v, s);
   return v;
 }
 
@@ -79,7 +86,12 @@ bool NvmeIndex::Decode(absl::string_view key, absl::string_view value, IndexReco
     if (ns_len < 255) return false;  // not how it would have been written
   }
   if (key.size() != at + ns_len + kPageKeyBytes) return false;
-  if (value.size() != kValueBytes || static_cast<uint8_t>(value[0]) != kRecordVersion) return false;
+  if (value.size() < kValueBytes) return false;
+  const uint8_t version = static_cast<uint8_t>(value[0]);
+  if (version == kRecordVersion ? value.size() != kValueBytes
+                                : version != kChunkedRecordVersion ||
+                                      value.size() < kValueBytes + kChunkHeaderBytes)
+    return false;
   out->ns = std::string(key.substr(at, ns_len));
   out->key = PageKey::FromBytes(key.data() + at + ns_len);
   const char* p = value.data() + 1;
@@ -89,6 +101,17 @@ bool NvmeIndex::Decode(absl::string_view key, absl::string_view value, IndexReco
   out->bytes = Take<uint32_t>(p);
   out->checksum = Take<uint64_t>(p);
   out->stamp = Take<uint64_t>(p);
+  out->chunk_bytes = 0;
+  out->chunk_sums.clear();
+  if (version == kRecordVersion) return true;
+  out->chunk_bytes = Take<uint32_t>(p);
+  const uint16_t n = Take<uint16_t>(p);
+  const uint64_t c = out->chunk_bytes;
+  if (c == 0 || c % 4096 != 0 || n != (uint64_t{out->bytes} + c - 1) / c ||
+      value.size() != kValueBytes + kChunkHeaderBytes + 8u * n)
+    return false;
+  out->chunk_sums.resize(n);
+  for (uint64_t& s : out->chunk_sums) s = Take<uint64_t>(p);
   return true;
 }
 
@@ -151,6 +174,17 @@ absl::StatusOr<bool> NvmeIndex::Exists(absl::string_view ns, const PageKey& key)
   if (s.IsNotFound()) return false;
   if (!s.ok()) return FromRocks(s, "NVMe index read");
   return true;
+}
+
+absl::StatusOr<IndexRecord> NvmeIndex::Get(absl::string_view ns, const PageKey& key) {
+  const std::string k = EncodeKey(ns, key);
+  std::string v;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), k, &v);
+  if (s.IsNotFound()) return absl::NotFoundError("no NVMe index record for the page");
+  if (!s.ok()) return FromRocks(s, "NVMe index read");
+  IndexRecord r;
+  if (!Decode(k, v, &r)) return absl::DataLossError("NVMe index record does not decode");
+  return r;
 }
 
 absl::Status NvmeIndex::DeleteIf(absl::string_view ns, const PageKey& key, uint64_t offset) {

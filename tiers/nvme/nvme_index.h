@@ -29,6 +29,10 @@ struct IndexRecord {
   uint32_t bytes = 0;   // page bytes
   uint64_t checksum = 0;
   uint64_t stamp = 0;
+  // Verification chunks (tiers/verify_chunks.h), when the page has them:
+  // stored in version-2 records; version-1 records have none.
+  uint32_t chunk_bytes = 0;
+  std::vector<uint64_t> chunk_sums;
 };
 
 class NvmeIndex {
@@ -47,6 +51,9 @@ class NvmeIndex {
   absl::Status PutBatch(const std::vector<IndexRecord>& records);
   absl::Status Delete(absl::string_view ns, const PageKey& key);
   absl::StatusOr<bool> Exists(absl::string_view ns, const PageKey& key);
+  // The key's record; NotFound when there is none, DataLoss when it does
+  // not decode.
+  absl::StatusOr<IndexRecord> Get(absl::string_view ns, const PageKey& key);
   // Deletes the key's record only when it points at `offset`. The caller
   // serializes it against PutBatch of the same key.
   absl::Status DeleteIf(absl::string_view ns, const PageKey& key, uint64_t offset);
@@ -60,7 +67,8 @@ class NvmeIndex {
   // so records written before long names existed decode as they did.
   static std::string EncodeKey(absl::string_view ns, const PageKey& key);
   static std::string EncodeValue(const IndexRecord& r);
-  // Parses a stored pair; false when it is not a valid version-1 record.
+  // Parses a stored pair; false when it is not a valid version-1 or -2
+  // record (version 2 adds the verification chunks).
   static bool Decode(absl::string_view key, absl::string_view value, IndexRecord* out);
 
  private:

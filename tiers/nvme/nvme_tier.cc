@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
@@ -76,7 +77,13 @@ class NvmeTier final : public Tier {
     slot->bytes = static_cast<uint32_t>(bytes);  // the page; the slot is rounded up
     return slot;
   }
-  void Free(const Slot& slot) override { arena_->Free(slot); }
+  void Free(const Slot& slot) override {
+    {
+      absl::MutexLock lock(&sums_mu_);
+      pending_sums_.erase(slot.offset);  // written but never recorded
+    }
+    arena_->Free(slot);
+  }
   absl::Status RegisterIoRegion(void* base, uint64_t len) override {
     return device_->RegisterBufferRegion(base, len);
   }
@@ -99,7 +106,15 @@ class NvmeTier final : public Tier {
       });
     }
     KVTIER_KILL_POINT("nvme.write.after_data");
-    if (st.ok()) bytes_written_.fetch_add(n, std::memory_order_relaxed);
+    if (!st.ok()) return st;
+    bytes_written_.fetch_add(n, std::memory_order_relaxed);
+    // The chunks' sums go into the page's record (PersistBatch), from the
+    // bytes written, so that a layer can be read and verified alone.
+    if (ChunkBytesFor(n) != 0) {
+      ChunkSums sums = ComputeChunkSums(static_cast<const uint8_t*>(src), n);
+      absl::MutexLock lock(&sums_mu_);
+      pending_sums_[slot.offset] = std::move(sums);
+    }
     return st;
   }
 
@@ -125,19 +140,30 @@ class NvmeTier final : public Tier {
   }
 
   void ReadAsync(const Slot& slot, void* dst, uint64_t dst_room, ReadDone done) override {
+    ReadRangeAsync(slot, 0, slot.bytes, dst, dst_room, std::move(done));
+  }
+
+  void ReadRangeAsync(const Slot& slot, uint64_t offset, uint64_t n, void* dst, uint64_t dst_room,
+                      ReadDone done) override {
     CountForbiddenIo();
-    const uint64_t n = slot.bytes, len = RoundUp(n);
+    if (offset % kBlockSize != 0 || offset > slot.bytes || n > slot.bytes - offset ||
+        (n % kBlockSize != 0 && offset + n != slot.bytes) || dst_room < n)
+      return done(absl::OutOfRangeError(absl::StrCat("NVMe range read [", offset, ", +", n,
+                                                     ") of a ", slot.bytes, "-byte slot into ",
+                                                     dst_room, " bytes: not block-aligned")));
+    const uint64_t len = RoundUp(n);  // the slot is whole blocks
     if (reinterpret_cast<uintptr_t>(dst) % kBlockSize == 0 && dst_room >= len) {
-      device_->ReadAsync(slot.offset, dst, len, [this, n, done = std::move(done)](absl::Status st) {
-        if (st.ok()) bytes_read_.fetch_add(n, std::memory_order_relaxed);
-        done(std::move(st));
-      });
+      device_->ReadAsync(slot.offset + offset, dst, len,
+                         [this, n, done = std::move(done)](absl::Status st) {
+                           if (st.ok()) bytes_read_.fetch_add(n, std::memory_order_relaxed);
+                           done(std::move(st));
+                         });
       return;
     }
     // O_DIRECT needs aligned memory: bounce, and copy out on completion
     // (callers that care, like TierManager::ReadPages, pass aligned buffers).
     auto bounce = std::make_shared<AlignedBuffer>(len);
-    device_->ReadAsync(slot.offset, bounce->data, len,
+    device_->ReadAsync(slot.offset + offset, bounce->data, len,
                        [this, bounce, dst, n, done = std::move(done)](absl::Status st) {
                          if (st.ok()) {
                            std::memcpy(dst, bounce->data, n);
@@ -146,6 +172,16 @@ class NvmeTier final : public Tier {
                          done(std::move(st));
                        });
   }
+
+  ChunkSums ReadChunkSums(const Slot& slot, const PageMeta& meta) override {
+    absl::StatusOr<nvme::IndexRecord> r = index_->Get(meta.ns_name, meta.key);
+    // Only this copy's record describes these bytes.
+    if (!r.ok() || r->offset != slot.offset || r->bytes != slot.bytes ||
+        r->checksum != meta.checksum)
+      return {};
+    return ChunkSums{r->chunk_bytes, std::move(r->chunk_sums)};
+  }
+
   uint32_t queue_depth() const override { return config_.io_threads * config_.queue_depth; }
 
   TierCounters counters() const override {
@@ -185,11 +221,18 @@ class NvmeTier final : public Tier {
         if (metas[i].create_only) {
           absl::StatusOr<bool> exists = index_->Exists(metas[i].ns_name, metas[i].key);
           if (!exists.ok()) return exists.status();
-          if (*exists) continue;
+          if (*exists) {
+            (void)TakeSums(slots[i]);
+            continue;
+          }
         }
-        records.push_back(nvme::IndexRecord{std::string(metas[i].ns_name), metas[i].key,
-                                            metas[i].parent, slots[i].offset, slots[i].bytes,
-                                            metas[i].checksum, metas[i].stamp});
+        nvme::IndexRecord r{std::string(metas[i].ns_name), metas[i].key, metas[i].parent,
+                            slots[i].offset, slots[i].bytes, metas[i].checksum, metas[i].stamp};
+        if (ChunkSums sums = TakeSums(slots[i]); !sums.empty()) {
+          r.chunk_bytes = sums.chunk_bytes;
+          r.chunk_sums = std::move(sums.sums);
+        }
+        records.push_back(std::move(r));
         which.push_back(i);
       }
       if (!records.empty()) st = index_->PutBatch(records);
@@ -224,6 +267,18 @@ class NvmeTier final : public Tier {
   std::atomic<uint64_t> forbidden_io_{0};
   // Orders record writes against conditional deletes of the same key.
   absl::Mutex records_mu_;
+  // Verification chunks of pages written and not yet recorded, by slot.
+  absl::Mutex sums_mu_;
+  absl::flat_hash_map<uint64_t, ChunkSums> pending_sums_ ABSL_GUARDED_BY(sums_mu_);
+
+  ChunkSums TakeSums(const Slot& slot) ABSL_LOCKS_EXCLUDED(sums_mu_) {
+    absl::MutexLock lock(&sums_mu_);
+    auto it = pending_sums_.find(slot.offset);
+    if (it == pending_sums_.end()) return {};
+    ChunkSums sums = std::move(it->second);
+    pending_sums_.erase(it);
+    return sums;
+  }
 
   void CountForbiddenIo() {
     if (DiskIoForbiddenHere()) forbidden_io_.fetch_add(1, std::memory_order_relaxed);
