@@ -1,0 +1,212 @@
+// Integration tests of RedisCluster on one real loopback cluster (started once
+// for the binary): binary round trips, one pipeline per node, ASK during a
+// slot migration, MOVED after it, per-tenant ACL users.
+#include "tiers/remote/redis_cluster.h"
+
+#include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
+
+#include <random>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "tests/remote/cluster_fixture.h"
+#include "tiers/remote/crc16.h"
+
+namespace kvtier::tiers::remote {
+namespace {
+
+using testing::LoopbackCluster;
+
+LoopbackCluster* g_cluster = nullptr;
+
+class ClusterEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!testing::RedisInstalled()) return;
+    auto cluster = LoopbackCluster::Start();
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(*cluster);
+    g_cluster = cluster_.get();
+  }
+  void TearDown() override {
+    g_cluster = nullptr;
+    cluster_.reset();
+  }
+
+ private:
+  std::unique_ptr<LoopbackCluster> cluster_;
+};
+
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
+
+class RedisClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::RedisInstalled()) GTEST_SKIP() << "redis-server not installed";
+    ASSERT_NE(g_cluster, nullptr);
+    auto client = RedisCluster::Create(g_cluster->Config());
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+  }
+  std::unique_ptr<RedisCluster> client_;
+};
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i += 3) s[i] = static_cast<char>(rng());  // 2/3 zero bytes
+  return s;
+}
+
+TEST_F(RedisClusterTest, BinaryMiBValuesRoundTripAcrossSlots) {
+  std::vector<std::string> keys, values;
+  std::set<uint16_t> slots;
+  for (int i = 0; i < 24; ++i) {
+    keys.push_back(absl::StrCat(std::string("bin\0key", 7), i));
+    keys.back().push_back('\0');  // binary keys too
+    values.push_back(RandomBytes((1 << 20) + i, i));
+    slots.insert(KeySlot(keys.back()));
+  }
+  EXPECT_GT(slots.size(), 20u);
+  std::vector<KeyValue> kvs;
+  for (size_t i = 0; i < keys.size(); ++i) kvs.push_back({keys[i], values[i]});
+  for (const absl::Status& s : client_->MultiSet(kvs)) ASSERT_TRUE(s.ok()) << s;
+  auto got = client_->MultiGet(keys);
+  ASSERT_EQ(got.size(), keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status();
+    ASSERT_TRUE(got[i]->has_value());
+    EXPECT_TRUE(**got[i] == values[i]) << "value " << i << " differs";
+  }
+  for (const auto& e : client_->MultiExists(keys)) EXPECT_TRUE(e.ok() && *e);
+  for (const auto& d : client_->MultiDelete(keys)) EXPECT_TRUE(d.ok() && *d);
+  for (const auto& d : client_->MultiDelete(keys)) EXPECT_TRUE(d.ok() && !*d);
+  for (const auto& g : client_->MultiGet(keys)) EXPECT_TRUE(g.ok() && !g->has_value());
+}
+
+TEST_F(RedisClusterTest, MissingKeysAreNullopt) {
+  std::vector<std::string> keys = {"never-set-1", "never-set-2", "{x}never"};
+  for (const auto& g : client_->MultiGet(keys)) {
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_FALSE(g->has_value());
+  }
+  for (const auto& e : client_->MultiExists(keys)) EXPECT_TRUE(e.ok() && !*e);
+  EXPECT_TRUE(client_->MultiGet({}).empty());
+}
+
+TEST_F(RedisClusterTest, OneRoundTripPerNodeTouched) {
+  std::vector<std::string> keys;
+  std::set<std::string> nodes;
+  const SlotMap map = client_->slot_map();
+  for (int i = 0; i < 60; ++i) {
+    keys.push_back(absl::StrCat("rt-", i));
+    nodes.insert(*map.MasterOf(KeySlot(keys.back())));
+  }
+  ASSERT_EQ(nodes.size(), 3u);
+  std::vector<KeyValue> kvs;
+  for (const std::string& k : keys) kvs.push_back({k, k});
+  const RedisClusterStats before = client_->stats();
+  for (const absl::Status& s : client_->MultiSet(kvs)) ASSERT_TRUE(s.ok()) << s;
+  auto got = client_->MultiGet(keys);
+  const RedisClusterStats after = client_->stats();
+  EXPECT_EQ(after.pipelines - before.pipelines, 6u);  // 3 nodes x (SET batch + GET batch)
+  EXPECT_EQ(after.requests - before.requests, 120u);
+  EXPECT_EQ(after.moved + after.ask, before.moved + before.ask);
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(**got[i], keys[i]);
+}
+
+TEST_F(RedisClusterTest, TtlExpires) {
+  std::vector<KeyValue> kvs = {{"ttl-a", "1"}, {"ttl-b", "2"}};
+  for (const absl::Status& s : client_->MultiSet(kvs, absl::Milliseconds(100))) ASSERT_TRUE(s.ok());
+  absl::SleepFor(absl::Milliseconds(400));
+  for (const auto& g : client_->MultiGet({"ttl-a", "ttl-b"}))
+    EXPECT_TRUE(g.ok() && !g->has_value());
+  EXPECT_EQ(client_->MultiSet(kvs, absl::Microseconds(10))[0].code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Admin helpers for the migration test.
+void ExpectOk(const std::string& node, const std::vector<std::string>& argv) {
+  auto reply = g_cluster->Admin(node, argv);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_NE((*reply)->type, REDIS_REPLY_ERROR) << node << ": " << (*reply)->str;
+}
+
+TEST_F(RedisClusterTest, FollowsAskDuringMigrationAndMovedAfter) {
+  const uint16_t slot = KeySlot("mig");
+  const SlotMap map = client_->slot_map();
+  const MasterInfo* src = nullptr;
+  const MasterInfo* dst = nullptr;
+  for (const MasterInfo& m : map.masters()) {
+    (m.endpoint == *map.MasterOf(slot) ? src : dst) = &m;
+  }
+  ASSERT_TRUE(src && dst && !src->id.empty() && !dst->id.empty());
+  std::vector<std::string> old_keys = {"{mig}a", "{mig}b", "{mig}c"};
+  std::vector<std::string> old_values;
+  for (const std::string& k : old_keys) old_values.push_back("old-" + k);
+  std::vector<KeyValue> kvs;  // views: the strings above must outlive the call
+  for (size_t i = 0; i < old_keys.size(); ++i) kvs.push_back({old_keys[i], old_values[i]});
+  for (const absl::Status& s : client_->MultiSet(kvs)) ASSERT_TRUE(s.ok());
+
+  const std::string s = absl::StrCat(slot);
+  ExpectOk(dst->endpoint, {"CLUSTER", "SETSLOT", s, "IMPORTING", src->id});
+  ExpectOk(src->endpoint, {"CLUSTER", "SETSLOT", s, "MIGRATING", dst->id});
+  // A new key is not on the source: it answers ASK, the target takes it.
+  RedisClusterStats before = client_->stats();
+  ASSERT_TRUE(client_->MultiSet({{"{mig}new", "fresh"}})[0].ok());
+  auto got = client_->MultiGet({"{mig}new", "{mig}a"});
+  EXPECT_EQ(**got[0], "fresh");
+  EXPECT_EQ(**got[1], "old-{mig}a");  // still on the source
+  EXPECT_EQ(client_->stats().ask - before.ask, 2u);
+  EXPECT_EQ(client_->stats().moved, before.moved);
+  EXPECT_EQ(*client_->slot_map().MasterOf(slot), src->endpoint);  // ASK leaves the map alone
+
+  // Finish the migration: move the old keys, then give the slot to dst.
+  const Endpoint dst_ep = ParseEndpoint(dst->endpoint).value();
+  std::vector<std::string> migrate = {"MIGRATE", dst_ep.host, absl::StrCat(dst_ep.port), "", "0",
+                                      "5000",    "KEYS"};
+  migrate.insert(migrate.end(), old_keys.begin(), old_keys.end());
+  ExpectOk(src->endpoint, migrate);
+  for (const MasterInfo& m : map.masters()) {
+    ExpectOk(m.endpoint, {"CLUSTER", "SETSLOT", s, "NODE", dst->id});
+  }
+  before = client_->stats();
+  std::vector<std::string> all = old_keys;
+  all.push_back("{mig}new");
+  got = client_->MultiGet(all);
+  for (size_t i = 0; i < all.size(); ++i) {
+    ASSERT_TRUE(got[i].ok() && got[i]->has_value()) << all[i] << " " << got[i].status();
+  }
+  EXPECT_EQ(**got[3], "fresh");
+  EXPECT_GE(client_->stats().moved - before.moved, 1u);
+  EXPECT_GE(client_->stats().refreshes - before.refreshes, 1u);
+  EXPECT_EQ(*client_->slot_map().MasterOf(slot), dst->endpoint);
+  before = client_->stats();
+  got = client_->MultiGet(all);  // the map is right now: no redirect
+  EXPECT_EQ(client_->stats().moved, before.moved);
+  EXPECT_EQ(client_->stats().pipelines - before.pipelines, 1u);
+}
+
+TEST_F(RedisClusterTest, AclUserPerTenant) {
+  ASSERT_TRUE(g_cluster
+                  ->OnAllNodes({"ACL", "SETUSER", "tenant1", "on", ">s3cret", "~t1:*", "+@all",
+                                "-@dangerous", "+cluster|slots", "+asking"})
+                  .ok());
+  RedisClusterConfig config = g_cluster->Config();
+  config.user = "tenant1";
+  config.password = "wrong";
+  auto denied = RedisCluster::Create(config);
+  EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied) << denied.status();
+  config.password = "s3cret";
+  auto tenant = RedisCluster::Create(config);
+  ASSERT_TRUE(tenant.ok()) << tenant.status();
+  EXPECT_TRUE((*tenant)->MultiSet({{"t1:a", "x"}})[0].ok());
+  auto got = (*tenant)->MultiGet({"t1:a", "t2:a"});
+  EXPECT_EQ(**got[0], "x");
+  EXPECT_EQ(got[1].status().code(), absl::StatusCode::kPermissionDenied) << got[1].status();
+}
+
+}  // namespace
+}  // namespace kvtier::tiers::remote

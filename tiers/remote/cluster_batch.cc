@@ -1,0 +1,186 @@
+// The batch engine: each round groups the pending keys by node, appends all
+// of a node's commands to its pipeline, flushes every node, then reads the
+// replies node by node. MOVED/ASK send a key to another round; anything
+// else ends it. One round trip per node touched, per round.
+#include <hiredis/hiredis.h>
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tiers/remote/crc16.h"
+#include "tiers/remote/redis_cluster.h"
+
+namespace kvtier::tiers::remote {
+
+struct RedisCluster::Round {
+  explicit Round(ReplyFn fn) : on_reply(fn) {}
+  ReplyFn on_reply;
+  absl::Span<const KeyCommand> cmds;
+  std::vector<Route> todo;
+  // Per node flushed: its connection and the routes in append order.
+  std::vector<std::pair<Connection*, std::vector<const Route*>>> sent;
+  std::vector<Route> next;                  // redirected keys
+  absl::flat_hash_set<std::string> failed;  // nodes that failed this round
+  bool refresh = false;
+};
+
+namespace {
+
+absl::Status KeyError(absl::StatusCode code, uint16_t slot, absl::string_view node,
+                      absl::string_view what) {
+  return absl::Status(code, absl::StrCat("redis cluster: slot ", slot, " at ", node, ": ", what));
+}
+
+// Error replies that a retry later may cure: the cluster (or the slot) is
+// down, a multi-key op met a migration, the node is loading, a replica lost
+// its master.
+bool IsTransient(absl::string_view text) {
+  for (absl::string_view prefix : {"CLUSTERDOWN", "TRYAGAIN", "LOADING", "MASTERDOWN"}) {
+    if (absl::StartsWith(text, prefix)) return true;
+  }
+  return false;
+}
+
+// The status of a key whose command got error reply `text` (and will not be
+// redirected again).
+absl::Status ErrorReplyStatus(absl::string_view text, bool redirect, uint16_t slot,
+                              absl::string_view node) {
+  if (redirect) {
+    return KeyError(absl::StatusCode::kUnavailable, slot, node,
+                    absl::StrCat("too many redirects (last: ", text, ")"));
+  }
+  if (IsTransient(text)) return KeyError(absl::StatusCode::kUnavailable, slot, node, text);
+  if (absl::StartsWith(text, "NOAUTH") || absl::StartsWith(text, "NOPERM")) {
+    return KeyError(absl::StatusCode::kPermissionDenied, slot, node, text);
+  }
+  return KeyError(absl::StatusCode::kInternal, slot, node, text);
+}
+
+// The reply to a key's command. After ASKING, its +OK comes first and is
+// dropped (were it an error, the key's own reply says why).
+absl::StatusOr<ReplyPtr> ReadKeyReply(Connection& conn, bool asking) {
+  if (asking) {
+    absl::StatusOr<ReplyPtr> ok = conn.Read();
+    if (!ok.ok()) return ok.status();
+  }
+  return conn.Read();
+}
+
+}  // namespace
+
+void RedisCluster::RunBatch(absl::Span<const KeyCommand> cmds, ReplyFn on_reply) {
+  absl::MutexLock lock(&mu_);
+  Round round(on_reply);
+  round.cmds = cmds;
+  RouteKeys(round);
+  while (!round.todo.empty()) {
+    SendRound(round);
+    ReadRound(round);
+    if (round.refresh) (void)RefreshLocked(round.failed);  // failures counted there
+    SweepConnections();
+    round.todo = std::move(round.next);
+    round.next.clear();
+    round.sent.clear();
+    round.refresh = false;
+  }
+}
+
+void RedisCluster::RouteKeys(Round& round) {
+  std::vector<uint16_t> slots(round.cmds.size());
+  bool unmapped = false;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    slots[i] = KeySlot(round.cmds[i].argv[1]);
+    unmapped |= map_.MasterOf(slots[i]) == nullptr;
+  }
+  // A slot nobody served at the last refresh may have a master by now.
+  if (unmapped) (void)RefreshLocked({});
+  round.todo.reserve(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const std::string* master = map_.MasterOf(slots[i]);
+    if (master == nullptr) {
+      errors_.fetch_add(1, std::memory_order_relaxed);
+      round.on_reply(
+          i, KeyError(absl::StatusCode::kUnavailable, slots[i], "-", "no master serves it"));
+      continue;
+    }
+    round.todo.push_back(Route{i, *master, false, 0});
+  }
+}
+
+void RedisCluster::SendRound(Round& round) {
+  absl::flat_hash_map<absl::string_view, std::vector<const Route*>> by_node;
+  for (const Route& route : round.todo) by_node[route.node].push_back(&route);
+  for (auto& [node, routes] : by_node) {
+    auto conn = ConnectionTo(std::string(node));
+    if (!conn.ok()) {
+      FailKeys(routes, conn.status(), round);
+      continue;
+    }
+    for (const Route* route : routes) {
+      if (route->asking) (*conn)->Append({"ASKING"});
+      const KeyCommand& cmd = round.cmds[route->index];
+      (*conn)->Append(absl::MakeConstSpan(cmd.argv.data(), cmd.argc));
+    }
+    requests_.fetch_add(routes.size(), std::memory_order_relaxed);
+    absl::Status flushed = (*conn)->Flush();
+    if (!flushed.ok()) {
+      FailKeys(routes, flushed, round);
+      continue;
+    }
+    pipelines_.fetch_add(1, std::memory_order_relaxed);
+    round.sent.emplace_back(*conn, std::move(routes));
+  }
+}
+
+void RedisCluster::ReadRound(Round& round) {
+  for (auto& [conn, routes] : round.sent) {
+    for (size_t k = 0; k < routes.size(); ++k) {
+      absl::StatusOr<ReplyPtr> reply = ReadKeyReply(*conn, routes[k]->asking);
+      if (!reply.ok()) {
+        // The connection is gone: this key and every later one on it fail.
+        FailKeys(absl::MakeConstSpan(routes).subspan(k), reply.status(), round);
+        break;
+      }
+      HandleReply(*routes[k], *std::move(reply), round);
+    }
+  }
+}
+
+void RedisCluster::HandleReply(const Route& route, ReplyPtr reply, Round& round) {
+  if (reply->type != REDIS_REPLY_ERROR) {
+    round.on_reply(route.index, reply.get());
+    return;
+  }
+  const absl::string_view text(reply->str, reply->len);
+  const std::string asked_host = ParseEndpoint(route.node).value_or(Endpoint{}).host;
+  std::optional<Redirect> redirect = ParseRedirect(text, asked_host);
+  if (redirect.has_value() && route.redirects < config_.max_redirects) {
+    const bool moved = redirect->kind == Redirect::Kind::kMoved;
+    (moved ? moved_ : ask_).fetch_add(1, std::memory_order_relaxed);
+    if (moved) {
+      map_.Assign(redirect->slot, redirect->endpoint);  // at once; the refresh brings the rest
+      round.refresh = true;
+    }
+    round.next.push_back(Route{route.index, redirect->endpoint, !moved, route.redirects + 1});
+    return;
+  }
+  errors_.fetch_add(1, std::memory_order_relaxed);
+  const uint16_t slot = KeySlot(round.cmds[route.index].argv[1]);
+  round.on_reply(route.index, ErrorReplyStatus(text, redirect.has_value(), slot, route.node));
+}
+
+void RedisCluster::FailKeys(absl::Span<const Route* const> routes, const absl::Status& why,
+                            Round& round) {
+  if (routes.empty()) return;
+  round.failed.insert(routes.front()->node);
+  round.refresh = true;  // a failover may have moved these slots
+  errors_.fetch_add(routes.size(), std::memory_order_relaxed);
+  for (const Route* route : routes) {
+    const uint16_t slot = KeySlot(round.cmds[route->index].argv[1]);
+    round.on_reply(route->index,
+                   KeyError(absl::StatusCode::kUnavailable, slot, route->node, why.message()));
+  }
+}
+
+}  // namespace kvtier::tiers::remote

@@ -1,0 +1,222 @@
+// RedisCluster: configuration, the four batch operations (each a list of
+// key commands plus a reply decoder), connections and slot-map refresh.
+// The batch engine itself is in cluster_batch.cc.
+#include "tiers/remote/redis_cluster.h"
+
+#include <hiredis/hiredis.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvtier::tiers::remote {
+namespace {
+
+absl::Status UnexpectedReply(size_t index, const redisReply* reply) {
+  return absl::InternalError(absl::StrCat("key #", index, ": unexpected reply type ", reply->type));
+}
+
+}  // namespace
+
+absl::Status RedisClusterConfig::Validate() const {
+  if (seeds.empty()) return absl::InvalidArgumentError("redis cluster: no seed node");
+  for (const std::string& seed : seeds) {
+    auto ep = ParseEndpoint(seed);
+    if (!ep.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("redis cluster seed: ", ep.status().message()));
+  }
+  if (connect_timeout <= absl::ZeroDuration() || command_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("redis cluster: timeouts must be > 0");
+  }
+  if (max_redirects < 0 || max_redirects > 100) {
+    return absl::InvalidArgumentError("redis cluster: max_redirects must be in 0..100");
+  }
+  if (!user.empty() && password.empty()) {
+    return absl::InvalidArgumentError("redis cluster: an ACL user needs a password");
+  }
+  return absl::OkStatus();
+}
+
+RedisCluster::RedisCluster(const RedisClusterConfig& config)
+    : config_(config),
+      connect_options_{config.connect_timeout, config.command_timeout, config.user,
+                       config.password} {}
+
+absl::StatusOr<std::unique_ptr<RedisCluster>> RedisCluster::Create(
+    const RedisClusterConfig& config) {
+  absl::Status valid = config.Validate();
+  if (!valid.ok()) return valid;
+  std::unique_ptr<RedisCluster> cluster(new RedisCluster(config));
+  absl::Status loaded = cluster->Refresh();
+  if (!loaded.ok()) return loaded;
+  return cluster;
+}
+
+std::vector<absl::StatusOr<std::optional<std::string>>> RedisCluster::MultiGet(
+    absl::Span<const std::string> keys) {
+  std::vector<KeyCommand> cmds(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) cmds[i] = {{"GET", keys[i]}, 2};
+  std::vector<absl::StatusOr<std::optional<std::string>>> out(keys.size());
+  RunBatch(cmds, [&](size_t i, absl::StatusOr<const redisReply*> r) {
+    if (!r.ok()) {
+      out[i] = r.status();
+    } else if ((*r)->type == REDIS_REPLY_NIL) {
+      out[i] = std::nullopt;
+    } else if ((*r)->type == REDIS_REPLY_STRING) {
+      out[i] = std::string((*r)->str, (*r)->len);
+    } else {
+      out[i] = UnexpectedReply(i, *r);
+    }
+  });
+  return out;
+}
+
+std::vector<absl::Status> RedisCluster::MultiSet(absl::Span<const KeyValue> kvs,
+                                                 std::optional<absl::Duration> ttl) {
+  if (ttl.has_value() && *ttl < absl::Milliseconds(1)) {
+    return std::vector<absl::Status>(kvs.size(),
+                                     absl::InvalidArgumentError("redis cluster: ttl < 1 ms"));
+  }
+  const std::string px = ttl ? absl::StrCat(absl::ToInt64Milliseconds(*ttl)) : "";
+  std::vector<KeyCommand> cmds(kvs.size());
+  for (size_t i = 0; i < kvs.size(); ++i) {
+    cmds[i] = ttl ? KeyCommand{{"SET", kvs[i].key, kvs[i].value, "PX", px}, 5}
+                  : KeyCommand{{"SET", kvs[i].key, kvs[i].value}, 3};
+  }
+  std::vector<absl::Status> out(kvs.size());
+  RunBatch(cmds, [&](size_t i, absl::StatusOr<const redisReply*> r) {
+    if (!r.ok()) {
+      out[i] = r.status();
+    } else if ((*r)->type != REDIS_REPLY_STATUS) {
+      out[i] = UnexpectedReply(i, *r);
+    }
+  });
+  return out;
+}
+
+std::vector<absl::StatusOr<bool>> RedisCluster::MultiExists(absl::Span<const std::string> keys) {
+  std::vector<KeyCommand> cmds(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) cmds[i] = {{"EXISTS", keys[i]}, 2};
+  std::vector<absl::StatusOr<bool>> out(keys.size());
+  RunBatch(cmds, [&](size_t i, absl::StatusOr<const redisReply*> r) {
+    if (!r.ok()) {
+      out[i] = r.status();
+    } else if ((*r)->type == REDIS_REPLY_INTEGER) {
+      out[i] = (*r)->integer > 0;
+    } else {
+      out[i] = UnexpectedReply(i, *r);
+    }
+  });
+  return out;
+}
+
+std::vector<absl::StatusOr<bool>> RedisCluster::MultiDelete(absl::Span<const std::string> keys) {
+  // UNLINK: the server frees large values off its main thread.
+  std::vector<KeyCommand> cmds(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) cmds[i] = {{"UNLINK", keys[i]}, 2};
+  std::vector<absl::StatusOr<bool>> out(keys.size());
+  RunBatch(cmds, [&](size_t i, absl::StatusOr<const redisReply*> r) {
+    if (!r.ok()) {
+      out[i] = r.status();
+    } else if ((*r)->type == REDIS_REPLY_INTEGER) {
+      out[i] = (*r)->integer > 0;
+    } else {
+      out[i] = UnexpectedReply(i, *r);
+    }
+  });
+  return out;
+}
+
+absl::Status RedisCluster::Refresh() {
+  absl::MutexLock lock(&mu_);
+  absl::Status s = RefreshLocked({});
+  SweepConnections();
+  return s;
+}
+
+void RedisCluster::SweepConnections() {
+  parked_.clear();
+  absl::erase_if(conns_, [](const auto& kv) { return kv.second->broken(); });
+}
+
+SlotMap RedisCluster::slot_map() const {
+  absl::MutexLock lock(&mu_);
+  return map_;
+}
+
+RedisClusterStats RedisCluster::stats() const {
+  RedisClusterStats s;
+  s.requests = requests_.load(std::memory_order_relaxed);
+  s.pipelines = pipelines_.load(std::memory_order_relaxed);
+  s.moved = moved_.load(std::memory_order_relaxed);
+  s.ask = ask_.load(std::memory_order_relaxed);
+  s.refreshes = refreshes_.load(std::memory_order_relaxed);
+  s.refresh_failures = refresh_failures_.load(std::memory_order_relaxed);
+  s.connects = connects_.load(std::memory_order_relaxed);
+  s.errors = errors_.load(std::memory_order_relaxed);
+  return s;
+}
+
+absl::StatusOr<Connection*> RedisCluster::ConnectionTo(const std::string& endpoint) {
+  auto it = conns_.find(endpoint);
+  if (it != conns_.end() && !it->second->broken()) return it->second.get();
+  auto conn = Connection::Open(endpoint, connect_options_);
+  if (!conn.ok()) return conn.status();
+  connects_.fetch_add(1, std::memory_order_relaxed);
+  Connection* raw = conn->get();
+  if (it != conns_.end()) {
+    // A broken connection may still be referenced by the round in progress:
+    // park it until the round's sweep instead of destroying it here.
+    parked_.push_back(std::move(it->second));
+    it->second = std::move(*conn);
+  } else {
+    conns_.emplace(endpoint, std::move(*conn));
+  }
+  return raw;
+}
+
+std::vector<std::string> RedisCluster::RefreshCandidates() const {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& ep) {
+    if (std::find(out.begin(), out.end(), ep) == out.end()) out.push_back(ep);
+  };
+  for (const MasterInfo& m : map_.masters()) add(m.endpoint);
+  for (const MasterInfo& m : map_.masters()) {
+    for (const std::string& r : m.replicas) add(r);
+  }
+  for (const std::string& seed : config_.seeds) add(ParseEndpoint(seed)->ToString());
+  return out;
+}
+
+absl::Status RedisCluster::RefreshLocked(const absl::flat_hash_set<std::string>& skip) {
+  absl::Status last = absl::UnavailableError("redis cluster: no node to ask for the slot map");
+  for (const std::string& ep : RefreshCandidates()) {
+    if (skip.contains(ep)) continue;
+    auto conn = ConnectionTo(ep);
+    if (!conn.ok()) {
+      last = conn.status();
+      continue;
+    }
+    auto reply = (*conn)->Command({"CLUSTER", "SLOTS"});
+    if (!reply.ok()) {
+      last = reply.status();
+      continue;
+    }
+    if ((*reply)->type == REDIS_REPLY_ERROR) {
+      last = absl::UnavailableError(absl::StrCat("CLUSTER SLOTS at ", ep, ": ", (*reply)->str));
+      continue;
+    }
+    auto map = SlotMap::FromClusterSlots(**reply, ParseEndpoint(ep)->host);
+    if (!map.ok()) {
+      last = map.status();
+      continue;
+    }
+    map_ = std::move(*map);
+    refreshes_.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  refresh_failures_.fetch_add(1, std::memory_order_relaxed);
+  return absl::Status(
+      last.code(), absl::StrCat("redis cluster: slot map refresh failed; last: ", last.message()));
+}
+
+}  // namespace kvtier::tiers::remote

@@ -1,0 +1,146 @@
+// A Redis Cluster client for the remote tier: routes each key to the master
+// serving its hash slot and runs a batch as one pipeline per node touched,
+// following MOVED/ASK redirects and riding out failovers. A small slot router
+// of our own over hiredis (Debian ships no cluster-aware C/C++ client).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "tiers/remote/cluster_map.h"
+#include "tiers/remote/redis_conn.h"
+
+namespace kvtier::tiers::remote {
+
+struct RedisClusterConfig {
+  // Nodes to ask for the slot map at start and when every known node fails:
+  // "host:port" or "[ipv6]:port". Any node of the cluster will do.
+  std::vector<std::string> seeds;
+  absl::Duration connect_timeout = absl::Milliseconds(500);
+  // Bounds each blocking socket read and write (SO_RCVTIMEO/SO_SNDTIMEO). A
+  // hung node costs a batch about one command_timeout (plus connect_timeout
+  // for a new connection); the map refresh that follows skips it.
+  absl::Duration command_timeout = absl::Seconds(2);
+  int max_redirects = 5;  // MOVED/ASK hops per key before giving up
+  std::string user;       // ACL user (per-tenant users); empty: "default"
+  std::string password;   // empty: no AUTH
+
+  absl::Status Validate() const;
+};
+
+// Counters since Create; a snapshot (each field read atomically, not the set).
+struct RedisClusterStats {
+  uint64_t requests = 0;   // key commands sent (a redirected key counts again)
+  uint64_t pipelines = 0;  // node round trips: one per node touched per round
+  uint64_t moved = 0;      // MOVED replies followed
+  uint64_t ask = 0;        // ASK replies followed
+  uint64_t refreshes = 0;  // slot maps loaded from CLUSTER SLOTS
+  uint64_t refresh_failures = 0;
+  uint64_t connects = 0;  // connections opened
+  uint64_t errors = 0;    // per-key errors returned
+};
+
+// A pair for MultiSet. Views: the bytes must outlive the call (they are
+// copied once, into the node's pipeline buffer).
+struct KeyValue {
+  absl::string_view key;
+  absl::string_view value;  // binary-safe
+};
+
+// Thread-safe: every call holds one mutex for its whole batch, so calls on
+// one object run one at a time (use several objects for parallel batches).
+// No call throws or blocks past the configured timeouts. Per-key failures
+// are Status values: Unavailable for what may pass (node down or hung,
+// CLUSTERDOWN, TRYAGAIN, too many redirects), naming the key's slot and node.
+class RedisCluster {
+ public:
+  // Validates `config` and loads the slot map from the first seed that
+  // answers. Unavailable when none does; PermissionDenied when AUTH fails.
+  static absl::StatusOr<std::unique_ptr<RedisCluster>> Create(const RedisClusterConfig& config);
+
+  // GET of each key: its value, or nullopt when absent. Result i is key i's.
+  std::vector<absl::StatusOr<std::optional<std::string>>> MultiGet(
+      absl::Span<const std::string> keys);
+  // SET of each pair (PX `ttl` when given; it must be >= 1 ms).
+  std::vector<absl::Status> MultiSet(absl::Span<const KeyValue> kvs,
+                                     std::optional<absl::Duration> ttl = std::nullopt);
+  // EXISTS of each key.
+  std::vector<absl::StatusOr<bool>> MultiExists(absl::Span<const std::string> keys);
+  // UNLINK of each key: true when it existed.
+  std::vector<absl::StatusOr<bool>> MultiDelete(absl::Span<const std::string> keys);
+
+  // Reloads the slot map from CLUSTER SLOTS now.
+  absl::Status Refresh() ABSL_LOCKS_EXCLUDED(mu_);
+  SlotMap slot_map() const ABSL_LOCKS_EXCLUDED(mu_);  // a copy
+  RedisClusterStats stats() const;
+
+ private:
+  // One key's command; argv[1] is the key, which picks the slot.
+  struct KeyCommand {
+    std::array<absl::string_view, 5> argv;
+    int argc = 0;
+  };
+  // Where a key's command goes in the next round of a batch.
+  struct Route {
+    size_t index = 0;
+    std::string node;
+    bool asking = false;  // send ASKING first (an ASK redirect)
+    int redirects = 0;
+  };
+  using ReplyFn = absl::FunctionRef<void(size_t, absl::StatusOr<const redisReply*>)>;
+  struct Round;  // one round's bookkeeping (cluster_batch.cc)
+
+  explicit RedisCluster(const RedisClusterConfig& config);
+
+  // Runs `cmds`, calling `on_reply` exactly once per command, with its final
+  // reply (never a redirect) or its error.
+  void RunBatch(absl::Span<const KeyCommand> cmds, ReplyFn on_reply) ABSL_LOCKS_EXCLUDED(mu_);
+  // Puts each key of the batch in round.todo, at its slot's master.
+  void RouteKeys(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends and flushes each node's commands (one pipeline per node).
+  void SendRound(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads every flushed node's replies; redirected keys go to round.next.
+  void ReadRound(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleReply(const Route& route, ReplyPtr reply, Round& round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailKeys(absl::Span<const Route* const> routes, const absl::Status& why, Round& round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::StatusOr<Connection*> ConnectionTo(const std::string& endpoint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Loads the map from the first node answering, skipping `skip` (nodes that
+  // just failed: a hung one would cost a timeout each time).
+  absl::Status RefreshLocked(const absl::flat_hash_set<std::string>& skip)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> RefreshCandidates() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees broken and parked connections (between rounds only).
+  void SweepConnections() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RedisClusterConfig config_;
+  const ConnectOptions connect_options_;
+  mutable absl::Mutex mu_;
+  SlotMap map_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Connection>> conns_ ABSL_GUARDED_BY(mu_);
+  // Replaced broken connections, freed when no round can point at them.
+  std::vector<std::unique_ptr<Connection>> parked_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<uint64_t> requests_{0}, pipelines_{0}, moved_{0}, ask_{0}, refreshes_{0},
+      refresh_failures_{0}, connects_{0}, errors_{0};
+};
+
+}  // namespace kvtier::tiers::remote
