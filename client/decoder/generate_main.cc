@@ -31,7 +31,8 @@ ABSL_FLAG(uint64_t, sampling_seed, 0, "seed of sampling");
 ABSL_FLAG(uint32_t, tokens_per_page, 256, "tokens per KV page (= daemon page)");
 ABSL_FLAG(std::string, kv_dtype, "fp16", "KV page dtype: fp32, fp16, bf16, int8, fp8");
 ABSL_FLAG(uint32_t, kv_pages, 0, "KV arena pages (0: enough for the prompt and new tokens)");
-ABSL_FLAG(uint32_t, sliding_window, 0, "attention window in tokens (0: full)");
+ABSL_FLAG(int32_t, sliding_window, -1,
+          "attention window in tokens (0: full; -1: config.json's sliding_window, full when it has none)");
 ABSL_FLAG(uint32_t, runs, 1, "serve the prompt this many times (reuse shows from run 2)");
 ABSL_FLAG(bool, no_daemon, false, "do not contact kvtierd");
 ABSL_FLAG(bool, layerwise, false,
@@ -89,6 +90,8 @@ void Report(uint32_t run, const GenerateResult& r) {
                run, s.new_tokens, s.DecodeTokensPerS(), s.pages_put, s.pages_deduplicated,
                s.pages_not_stored, s.put_ms);
   if (!s.reuse_note.empty()) absl::PrintF("run %u: reuse: %s\n", run, s.reuse_note);
+  // A normal stop, like EOS, but one the user should hear about.
+  if (!s.stop_note.empty()) std::fprintf(stderr, "kvtier-generate: run %u: %s\n", run, s.stop_note.c_str());
 }
 
 int Fail(const absl::Status& st) {
@@ -119,7 +122,7 @@ int main(int argc, char** argv) {
   o.kv_pages = absl::GetFlag(FLAGS_kv_pages);
   if (o.kv_pages == 0)
     o.kv_pages = uint32_t((prompt->size() + absl::GetFlag(FLAGS_max_new_tokens) + tpp - 1) / tpp) + 1;
-  o.sliding_window = absl::GetFlag(FLAGS_sliding_window);
+  if (absl::GetFlag(FLAGS_sliding_window) >= 0) o.sliding_window = uint32_t(absl::GetFlag(FLAGS_sliding_window));
   o.use_daemon = !absl::GetFlag(FLAGS_no_daemon);
   o.client.endpoint = absl::GetFlag(FLAGS_endpoint);
   o.client.tenant = absl::GetFlag(FLAGS_tenant);

@@ -20,10 +20,14 @@ double MsSince(Clock::time_point t) {
 }  // namespace
 
 void Generator::Publish(SeqId seq, absl::Span<const uint32_t> tokens, GenerateStats* stats) {
-  if (store_ == nullptr || !stats->reuse_note.empty()) return;
+  PagedKvCache& cache = model_.cache();
+  // The window may free the full pages once this PUT is over (or skipped).
+  auto release = [&] { (void)cache.Release(seq, cache.Length(seq) / cache.tokens_per_page()); };
+  if (store_ == nullptr || !stats->reuse_note.empty()) return release();
   auto t0 = Clock::now();
   auto put = store_->Publish(seq, tokens);
   stats->put_ms += MsSince(t0);
+  release();
   if (!put.ok()) {
     stats->reuse_note = absl::StrCat("PUT failed: ", put.status().ToString());
     return;
@@ -36,7 +40,8 @@ void Generator::Publish(SeqId seq, absl::Span<const uint32_t> tokens, GenerateSt
 absl::Status Generator::Prefill(SeqId seq, absl::Span<const uint32_t> prompt, bool layerwise,
                                 GenerateStats* stats, std::vector<float>* logits) {
   PagedKvCache& cache = model_.cache();
-  if (store_ != nullptr && layerwise && cache.sliding_window() == 0)
+  // The daemon has no layer-wise GET into GPU buffers: whole pages there.
+  if (store_ != nullptr && layerwise && cache.sliding_window() == 0 && !cache.on_gpu())
     return PrefillLayerwise(seq, prompt, stats, logits);
   if (store_ != nullptr) {
     auto start = Clock::now();
@@ -94,6 +99,8 @@ absl::StatusOr<GenerateResult> Generator::Generate(absl::Span<const uint32_t> pr
   stats.prompt_tokens = uint32_t(prompt.size());
   if (store_ == nullptr) stats.reuse_note = "no daemon: every prompt token is computed";
   const SeqId seq = cache.AddSequence();
+  // Pages behind the window are PUT before it frees them (Publish releases).
+  if (store_ != nullptr && cache.sliding_window() > 0) (void)cache.HoldForStore(seq);
   std::vector<uint32_t> tokens(prompt.begin(), prompt.end());
   Sampler sampler(options.sampling);
   std::vector<float> logits;
@@ -117,8 +124,15 @@ absl::StatusOr<GenerateResult> Generator::Generate(absl::Span<const uint32_t> pr
   const uint32_t tpp = cache.tokens_per_page();
   auto decode_start = Clock::now();
   double put_before = stats.put_ms;
+  const uint32_t max_positions = model_.config().max_position_embeddings;
   while (st.ok() && result.tokens.size() < options.max_new_tokens &&
          !(options.stop_at_eos && eos >= 0 && next == uint32_t(eos))) {
+    if (cache.Length(seq) >= max_positions) {  // `next` would need position max_positions
+      stats.stop_note = absl::StrCat("stopped after ", result.tokens.size(),
+                                     " new tokens: the sequence reached max_position_embeddings (",
+                                     max_positions, ")");
+      break;
+    }
     tokens.push_back(next);
     st = model_.Forward({{seq, absl::MakeConstSpan(&tokens.back(), 1)}}, &logits);
     if (!st.ok()) break;

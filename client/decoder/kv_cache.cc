@@ -107,12 +107,40 @@ uint32_t PagedKvCache::WindowStart(uint32_t length) const {
 
 void PagedKvCache::FreeBehindWindow(Sequence& s) {
   if (options_.sliding_window == 0) return;
-  const uint32_t dead_blocks = WindowStart(s.length) / tokens_per_page();
+  const uint32_t dead_blocks = std::min(WindowStart(s.length) / tokens_per_page(), s.release_mark);
   for (uint32_t b = 0; b < dead_blocks && b < s.blocks.size(); ++b) {
     if (s.blocks[b] == kNoPage) continue;
     free_.push_back(s.blocks[b]);
     s.blocks[b] = kNoPage;
   }
+}
+
+absl::Status PagedKvCache::HoldForStore(SeqId seq) {
+  ASSIGN_OR_RETURN(Sequence * s, Find(seq));
+  s->release_mark = 0;
+  return absl::OkStatus();
+}
+
+absl::Status PagedKvCache::Release(SeqId seq, uint32_t blocks) {
+  ASSIGN_OR_RETURN(Sequence * s, Find(seq));
+  if (s->release_mark == UINT32_MAX) return absl::OkStatus();  // not held
+  s->release_mark = std::max(s->release_mark, blocks);
+  FreeBehindWindow(*s);
+  return absl::OkStatus();
+}
+
+absl::Status PagedKvCache::ReserveWindowTail(SeqId seq, uint32_t tokens, uint32_t first_block) {
+  ASSIGN_OR_RETURN(Sequence * s, Find(seq));
+  if (s->length != 0 || !s->blocks.empty())
+    return absl::FailedPreconditionError(absl::StrCat("kv cache: sequence ", seq, " is not empty"));
+  if (first_block > FirstNeededBlock(tokens))
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv cache: ", tokens, " tokens need block ", FirstNeededBlock(tokens),
+                     " but the reservation starts at ", first_block));
+  s->blocks.assign(first_block, kNoPage);
+  absl::Status st = Reserve(seq, tokens);  // counts from the empty length: every block
+  if (!st.ok()) s->blocks.clear();
+  return st;
 }
 
 absl::Status PagedKvCache::Truncate(SeqId seq, uint32_t length) {

@@ -1,5 +1,5 @@
 // The decoder's forward pass: embeddings, then per layer RMSNorm -> q/k/v
-// (BLAS) -> RoPE -> K/V scatter into the pages -> paged attention (kernels)
+// (BLAS, + biases when the checkpoint has them) -> RoPE -> K/V scatter into the pages -> paged attention (kernels)
 // -> o_proj residual -> RMSNorm -> SwiGLU MLP residual; final norm and the
 // logits of the rows the caller wants.
 #include "kvtier/decoder/model.h"
@@ -125,6 +125,9 @@ absl::Status Model::Layer(uint32_t l, absl::Span<const ForwardChunk> chunks,
   ops::Linear(h_.data(), rows_, hidden, lw.q_proj.data(), qd, q_.data());
   ops::Linear(h_.data(), rows_, hidden, lw.k_proj.data(), kvd, k_.data());
   ops::Linear(h_.data(), rows_, hidden, lw.v_proj.data(), kvd, v_.data());
+  ops::AddBias(q_.data(), rows_, qd, lw.q_bias);  // before RoPE, as HF's q_proj(x)
+  ops::AddBias(k_.data(), rows_, kvd, lw.k_bias);
+  ops::AddBias(v_.data(), rows_, kvd, lw.v_bias);
   if (l == 0) ops::MakeRopeTable(positions_, int(c.head_dim), c.rope_theta, &rope_cos_, &rope_sin_);
   ops::ApplyRope(q_.data(), rows_, int(c.num_attention_heads), int(c.head_dim), rope_cos_.data(),
                  rope_sin_.data());
@@ -135,14 +138,18 @@ absl::Status Model::Layer(uint32_t l, absl::Span<const ForwardChunk> chunks,
   if (gate) RETURN_IF_ERROR(gate(l));
   RETURN_IF_ERROR(Attention(l, chunks));
   ops::Linear(attn_.data(), rows_, qd, lw.o_proj.data(), hidden, x_.data(), /*beta=*/1.0f);
+  ops::AddBias(x_.data(), rows_, hidden, lw.o_bias);
 
   ops::RmsNorm(x_.data(), rows_, hidden, lw.post_norm.data(), c.rms_norm_eps, h_.data());
   gate_.resize(size_t(rows_) * ff);
   up_.resize(size_t(rows_) * ff);
   ops::Linear(h_.data(), rows_, hidden, lw.gate_proj.data(), ff, gate_.data());
   ops::Linear(h_.data(), rows_, hidden, lw.up_proj.data(), ff, up_.data());
+  ops::AddBias(gate_.data(), rows_, ff, lw.gate_bias);
+  ops::AddBias(up_.data(), rows_, ff, lw.up_bias);
   ops::SwiGlu(gate_.data(), up_.data(), int64_t(rows_) * ff);
   ops::Linear(gate_.data(), rows_, ff, lw.down_proj.data(), hidden, x_.data(), /*beta=*/1.0f);
+  ops::AddBias(x_.data(), rows_, hidden, lw.down_bias);
   return absl::OkStatus();
 }
 

@@ -17,6 +17,14 @@ void Linear(const float* x, int rows, int in, const float* w, int out, float* y,
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, w, in, beta, y, out);
 }
 
+void AddBias(float* y, int rows, int out, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  for (int r = 0; r < rows; ++r) {
+    float* yr = y + int64_t(r) * out;
+    for (int i = 0; i < out; ++i) yr[i] += bias[i];
+  }
+}
+
 void RmsNorm(const float* x, int rows, int dim, const float* weight, float eps, float* y) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + int64_t(r) * dim;

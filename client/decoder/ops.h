@@ -14,6 +14,10 @@ namespace kvtier::decoder::ops {
 // [out, in] row-major shape, so no transposed copy is needed.
 void Linear(const float* x, int rows, int in, const float* w, int out, float* y, float beta = 0.f);
 
+// y[r] += bias for each of `rows` rows of `out`; nothing when `bias` is empty
+// (the projection has none).
+void AddBias(float* y, int rows, int out, const std::vector<float>& bias);
+
 // y[r] = x[r] / rms(x[r]) * weight, row by row (y may alias x).
 void RmsNorm(const float* x, int rows, int dim, const float* weight, float eps, float* y);
 

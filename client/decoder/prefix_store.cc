@@ -30,6 +30,10 @@ PageKey ModelFingerprint(const ModelWeights& w) {
     for (const auto* t : {&l.input_norm, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.post_norm,
                           &l.gate_proj, &l.up_proj, &l.down_proj})
       HashFloats(st, *t);
+    // Empty (hashing nothing) unless the checkpoint has biases.
+    for (const auto* t : {&l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.gate_bias, &l.up_bias,
+                          &l.down_bias})
+      HashFloats(st, *t);
   }
   HashFloats(st, w.final_norm);
   HashFloats(st, w.lm_head);
@@ -47,7 +51,13 @@ absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Connect(ClientOptions 
   if (options.client_name.empty()) options.client_name = "kvtier-decoder";
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   std::unique_ptr<PrefixStore> s(new PrefixStore(std::move(client), cache, root));
-  ASSIGN_OR_RETURN(s->buffer_, s->client_->RegisterBuffer(cache->arena().name(), cache->arena().size()));
+  // Registered once; GETs land in the arena and PUTs read from it in place
+  // (for a GPU arena: the daemon's device copies, no host staging here).
+  if (cache->on_gpu()) {
+    ASSIGN_OR_RETURN(s->buffer_, cache->gpu_arena()->Register(*s->client_));
+  } else {
+    ASSIGN_OR_RETURN(s->buffer_, s->client_->RegisterBuffer(cache->arena().name(), cache->arena().size()));
+  }
   return s;
 }
 
@@ -64,6 +74,7 @@ absl::StatusOr<RestorePlan> PrefixStore::Plan(SeqId seq, absl::Span<const uint32
   if (p.pages_looked_up == 0) return p;
   std::vector<PageKey> keys =
       DeriveChain(cache_.layout().Id(), tpp, prompt.first(size_t(p.pages_looked_up) * tpp), root_);
+  if (cache_.sliding_window() > 0) return PlanWindowTail(seq, uint32_t(prompt.size()), std::move(keys), p);
   ASSIGN_OR_RETURN(LookupResult hit, client_->Lookup(keys));
   // Tests evict a page here: a hit on LOOKUP that is gone by the GET.
   KVTIER_SYNC_POINT("decoder.restore.after_lookup");
@@ -76,6 +87,35 @@ absl::StatusOr<RestorePlan> PrefixStore::Plan(SeqId seq, absl::Span<const uint32
   return p;
 }
 
+absl::StatusOr<RestorePlan> PrefixStore::PlanWindowTail(SeqId seq, uint32_t prompt_tokens,
+                                                        std::vector<PageKey> chain, RestorePlan p) {
+  const uint32_t tpp = cache_.tokens_per_page();
+  // Restoring blocks [0, k) leaves min(k * tpp, prompt - 1) tokens, whose
+  // window needs blocks [first, k). LOOKUP answers the leading hits of the
+  // keys it is given, so it is given that tail; when the tail is cut short
+  // (eviction takes a chain's end first), the shorter prefix is tried.
+  uint32_t k = uint32_t(chain.size());
+  for (int tries = 0; tries < 3 && k > 0; ++tries) {
+    const uint32_t first = cache_.FirstNeededBlock(std::min(k * tpp, prompt_tokens - 1));
+    if (first >= k) break;
+    auto tail = absl::MakeConstSpan(chain).subspan(first, k - first);
+    ASSIGN_OR_RETURN(LookupResult hit, client_->Lookup(tail));
+    KVTIER_SYNC_POINT("decoder.restore.after_lookup");
+    if (hit.hits < tail.size()) {
+      k = first + hit.hits;
+      continue;
+    }
+    RETURN_IF_ERROR(cache_.ReserveWindowTail(seq, k * tpp, first));
+    const std::vector<int32_t>& table = cache_.BlockTable(seq);
+    for (uint32_t b = first; b < k; ++b) p.offsets.push_back(cache_.PageOffset(table[b]));
+    p.first_block = first;
+    p.keys.assign(tail.begin(), tail.end());
+    p.skipped.assign(chain.begin(), chain.begin() + first);
+    return p;
+  }
+  return p;
+}
+
 absl::StatusOr<RestoreResult> PrefixStore::Settle(SeqId seq, uint32_t prompt_tokens, RestorePlan plan,
                                                   const std::vector<TierKind>& tiers, bool committed) {
   RestoreResult r;
@@ -84,16 +124,21 @@ absl::StatusOr<RestoreResult> PrefixStore::Settle(SeqId seq, uint32_t prompt_tok
   // A page evicted between LOOKUP and GET ends the usable prefix there.
   uint32_t got = 0;
   while (got < tiers.size() && got < plan.keys.size() && tiers[got] != TierKind::kNone) ++got;
-  r.tiers.assign(tiers.begin(), tiers.begin() + got);
   // Generation needs the logits of the prompt's last token, so when every
   // prompt token was restored the last one is computed again (its K/V slot
   // is rewritten in place; the page is already stored).
-  r.tokens = std::min<uint32_t>(got * tpp, prompt_tokens - 1);
-  if (!committed) RETURN_IF_ERROR(cache_.Commit(seq, got * tpp));
+  const uint32_t end = plan.first_block + got;
+  r.tokens = got == 0 ? 0 : std::min<uint32_t>(end * tpp, prompt_tokens - 1);
+  // A window-tail GET cut short: the shorter prefix's window reaches blocks
+  // that were never fetched, so nothing is usable.
+  if (r.tokens > 0 && cache_.FirstNeededBlock(r.tokens) < plan.first_block) r.tokens = got = 0;
+  r.tiers.assign(tiers.begin(), tiers.begin() + got);
+  if (!committed) RETURN_IF_ERROR(cache_.Commit(seq, r.tokens));
   // Releases pages of a cut-short GET (and, layer-wise, what was computed on them).
   if (!committed || got < plan.keys.size()) RETURN_IF_ERROR(cache_.Truncate(seq, r.tokens));
   // The restored pages are stored already; Publish starts after them.
   plan.keys.resize(got);
+  if (got > 0) plan.keys.insert(plan.keys.begin(), plan.skipped.begin(), plan.skipped.end());
   published_[seq].keys = std::move(plan.keys);
   return r;
 }

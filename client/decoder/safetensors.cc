@@ -27,6 +27,16 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 uint64_t ElemBytes(TensorDtype d) { return d == TensorDtype::kF32 ? 4 : 2; }
 
+// Element bytes of the safetensors dtypes the reader does not convert; 0
+// for a name it does not know (its byte span is then only bounds-checked).
+uint64_t OtherElemBytes(const std::string& dtype) {
+  static const std::map<std::string, uint64_t> kBytes = {
+      {"F64", 8}, {"I64", 8}, {"U64", 8}, {"I32", 4}, {"U32", 4}, {"I16", 2}, {"U16", 2},
+      {"I8", 1},  {"U8", 1},  {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+  auto it = kBytes.find(dtype);
+  return it == kBytes.end() ? 0 : it->second;
+}
+
 std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
@@ -39,10 +49,11 @@ absl::StatusOr<TensorInfo> ParseEntry(const std::string& name, const json& e, ui
   if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
     return bad("entry needs dtype, shape and data_offsets");
   if (!e["dtype"].is_string()) return bad("dtype is not a string");
-  auto dtype = ParseTensorDtype(e["dtype"].get<std::string>());
-  if (!dtype.ok()) return bad(std::string(dtype.status().message()));
   TensorInfo t;
-  t.dtype = *dtype;
+  t.dtype_name = e["dtype"].get<std::string>();
+  auto dtype = ParseTensorDtype(t.dtype_name);
+  t.supported = dtype.ok();
+  if (t.supported) t.dtype = *dtype;
   if (!e["shape"].is_array()) return bad("shape is not an array");
   for (const json& d : e["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("shape has a non-integer or negative dim");
@@ -54,10 +65,11 @@ absl::StatusOr<TensorInfo> ParseEntry(const std::string& name, const json& e, ui
   t.begin = off[0].get<uint64_t>();
   t.end = off[1].get<uint64_t>();
   if (t.end < t.begin) return bad("data_offsets end before begin");
-  uint64_t want = uint64_t(t.NumElements()) * ElemBytes(t.dtype);
-  if (t.end - t.begin != want)
+  const uint64_t elem = t.supported ? ElemBytes(t.dtype) : OtherElemBytes(t.dtype_name);
+  uint64_t want = uint64_t(t.NumElements()) * elem;
+  if (elem != 0 && t.end - t.begin != want)
     return bad(absl::StrCat("data_offsets span ", t.end - t.begin, " bytes but shape ",
-                            ShapeString(t.shape), " of ", TensorDtypeName(t.dtype), " needs ", want));
+                            ShapeString(t.shape), " of ", t.dtype_name, " needs ", want));
   if (t.end > data_bytes)
     return bad(absl::StrCat("data runs to byte ", t.end, " but the file's data section has only ",
                             data_bytes, " (truncated file?)"));
@@ -194,6 +206,9 @@ absl::Status SafetensorsFile::ReadF32(const std::string& name, absl::Span<const 
     return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor \"", name, "\" has shape ",
                                                    ShapeString(t->shape), ", expected ",
                                                    ShapeString(expected_shape)));
+  if (!t->supported)
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor \"", name, "\" has dtype ",
+                                                   t->dtype_name, "; the decoder reads F32, F16 or BF16"));
   const size_t n = size_t(t->NumElements());
   out->resize(n);
   const uint8_t* src = data_ + t->begin;

@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<DecoderSession>> DecoderSession::Create(const Ses
     s->weights_ = RandomWeights(config, o.weight_seed);
   }
   KvCacheOptions kv{KvLayoutFor(s->weights_->config, o.tokens_per_page, o.kv_dtype), o.kv_pages,
-                    o.sliding_window};
+                    o.sliding_window.value_or(s->weights_->config.sliding_window)};
   ASSIGN_OR_RETURN(s->cache_, PagedKvCache::Create(kv));
   ASSIGN_OR_RETURN(s->model_, Model::Create(s->weights_.get(), s->cache_.get()));
   if (!o.use_daemon) {

@@ -73,6 +73,12 @@ Vec Attend(const Vec& q, const Vec& k, const Vec& v, size_t n, const ModelConfig
   return out;
 }
 
+// y[r] += b (HF Linear's bias); an empty b is no bias.
+Vec Bias(Vec y, const std::vector<float>& b) {
+  for (size_t i = 0; !b.empty() && i < y.size(); ++i) y[i] += b[i % b.size()];
+  return y;
+}
+
 }  // namespace
 
 std::unique_ptr<ModelWeights> TinyWeights(uint64_t seed) {
@@ -102,16 +108,17 @@ std::vector<double> ReferenceLogits(const ModelWeights& w, const std::vector<uin
     for (size_t i = 0; i < d; ++i) x[t * d + i] = w.embed[tokens[t] * d + i];
   for (const LayerWeights& l : w.layers) {
     Vec h = Norm(x, n, d, l.input_norm, c.rms_norm_eps);
-    Vec q = MatMul(h, n, d, l.q_proj, qd), k = MatMul(h, n, d, l.k_proj, kvd),
-        v = MatMul(h, n, d, l.v_proj, kvd);
+    Vec q = Bias(MatMul(h, n, d, l.q_proj, qd), l.q_bias), k = Bias(MatMul(h, n, d, l.k_proj, kvd), l.k_bias),
+        v = Bias(MatMul(h, n, d, l.v_proj, kvd), l.v_bias);
     Rope(q, n, c.num_attention_heads, c.head_dim, c.rope_theta);
     Rope(k, n, c.num_key_value_heads, c.head_dim, c.rope_theta);
-    Vec o = MatMul(Attend(q, k, v, n, c, window), n, qd, l.o_proj, d);
+    Vec o = Bias(MatMul(Attend(q, k, v, n, c, window), n, qd, l.o_proj, d), l.o_bias);
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     h = Norm(x, n, d, l.post_norm, c.rms_norm_eps);
-    Vec g = MatMul(h, n, d, l.gate_proj, ff), u = MatMul(h, n, d, l.up_proj, ff);
+    Vec g = Bias(MatMul(h, n, d, l.gate_proj, ff), l.gate_bias),
+        u = Bias(MatMul(h, n, d, l.up_proj, ff), l.up_bias);
     for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
-    Vec down = MatMul(g, n, ff, l.down_proj, d);
+    Vec down = Bias(MatMul(g, n, ff, l.down_proj, d), l.down_bias);
     for (size_t i = 0; i < x.size(); ++i) x[i] += down[i];
   }
   Vec h = Norm(x, n, d, w.final_norm, c.rms_norm_eps);

@@ -72,5 +72,38 @@ TEST(KvCacheTest, SlidingWindowFreesWholePagesOnly) {
   EXPECT_FALSE(PagedKvCache::Create(Opts(0)).ok());
 }
 
+// A page must be PUT before the window frees it: a held sequence keeps its
+// pages until Release says they are stored.
+TEST(KvCacheTest, HeldPagesWaitForRelease) {
+  auto c = PagedKvCache::Create(Opts(8, /*window=*/20));
+  ASSERT_TRUE(c.ok());
+  PagedKvCache& cache = **c;
+  SeqId s = cache.AddSequence();
+  ASSERT_TRUE(cache.HoldForStore(s).ok());
+  ASSERT_TRUE(cache.Reserve(s, 36).ok());
+  ASSERT_TRUE(cache.Commit(s, 36).ok());
+  EXPECT_NE(cache.BlockTable(s)[0], kNoPage);  // behind the window, but not stored yet
+  ASSERT_TRUE(cache.Release(s, 2).ok());
+  EXPECT_EQ(cache.BlockTable(s)[0], kNoPage);
+  EXPECT_EQ(cache.free_pages(), 6u);
+}
+
+// A windowed restore fetches only the tail the window needs.
+TEST(KvCacheTest, ReserveWindowTailSkipsBlocksBehindTheWindow) {
+  auto c = PagedKvCache::Create(Opts(8, /*window=*/20));
+  ASSERT_TRUE(c.ok());
+  PagedKvCache& cache = **c;
+  SeqId s = cache.AddSequence();
+  EXPECT_EQ(cache.FirstNeededBlock(70), 3u);             // the query at 70 sees 51..70
+  EXPECT_FALSE(cache.ReserveWindowTail(s, 70, 4).ok());  // block 3 is still needed
+  ASSERT_TRUE(cache.ReserveWindowTail(s, 70, 3).ok());
+  EXPECT_EQ(cache.free_pages(), 6u);                     // blocks 3 and 4 only
+  EXPECT_EQ(cache.BlockTable(s)[2], kNoPage);
+  ASSERT_TRUE(cache.Commit(s, 70).ok());
+  EXPECT_TRUE(cache.Truncate(s, 70).ok());
+  ASSERT_TRUE(cache.RemoveSequence(s).ok());
+  EXPECT_EQ(cache.free_pages(), 8u);
+}
+
 }  // namespace
 }  // namespace kvtier::decoder

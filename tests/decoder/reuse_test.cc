@@ -141,6 +141,61 @@ TEST_F(ReuseTest, GenerateToolRunsWithAndWithoutDaemon) {
   EXPECT_EQ(line(l.out, "run 1: "), line(r.out, "run 1: "));
 }
 
+// Reaching max_position_embeddings is a normal stop: exit 0, the tokens so
+// far printed, the reason on stderr.
+TEST_F(ReuseTest, GenerateToolStopsAtMaxPositions) {
+  auto w = TinyWeights(8);
+  w->config.max_position_embeddings = 24;
+  const std::string dir = daemon_->dir() + "/short-model";
+  ASSERT_TRUE(WriteCheckpoint(dir, *w, TensorDtype::kF32).ok());
+  itest::CommandResult r = itest::RunCommand(
+      {KVTIER_GENERATE_PATH, "--model=" + dir, "--no_daemon", "--tokens_per_page=16", "--print_ids",
+       "--prompt=twenty bytes prompt!", "--max_new_tokens=10"}, 60000);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("run 1: 5 new tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("the sequence reached max_position_embeddings (24)"), std::string::npos) << r.err;
+}
+
+// With a sliding window the pages the window frees are stored before it
+// frees them, and a restore looks up and fetches only the chain's tail the
+// window needs: the leading pages may be gone from the daemon.
+TEST_F(ReuseTest, SlidingWindowStoresAndRestoresTheWindowsPages) {
+  constexpr uint32_t kWindow = 24;
+  TinyModel wm = MakeTiny(kTpp, Dtype::kFp16, /*pages=*/32, kWindow, /*seed=*/3);
+  auto store = PrefixStore::Connect(itest::Options(daemon_->endpoint()), wm.cache.get(),
+                                    ModelFingerprint(*wm.weights));
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto run = [&](const std::vector<uint32_t>& prompt, PrefixStore* s) {
+    auto r = Generator(wm.model.get(), s).Generate(prompt, {.max_new_tokens = 8, .keep_logits = true});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *std::move(r) : GenerateResult{};
+  };
+  std::unique_ptr<Client> other = Connect();
+  // (length, tokens restored): 70 restores blocks 2..3 (the window at 64
+  // sees 41..64); 64 ends on a page: 63 restored, the window at 63 needs block 2.
+  for (auto [len, restored] : {std::pair{70u, 64u}, {64u, 63u}}) {
+    std::vector<uint32_t> prompt = PromptTokens(len, 40 + len);
+    GenerateResult scratch = run(prompt, nullptr);
+    GenerateResult cold = run(prompt, store->get());
+    EXPECT_EQ(cold.stats.pages_put, (len + 7) / kTpp) << len;  // blocks 0 and 1 too
+    EXPECT_EQ(cold.tokens, scratch.tokens) << len;
+    auto keys = DeriveChain(wm.cache->layout().Id(), kTpp, absl::MakeConstSpan(prompt).first(64),
+                            ModelFingerprint(*wm.weights));
+    auto gone = other->Delete(absl::MakeConstSpan(keys).first(2));  // behind the window: unneeded
+    ASSERT_TRUE(gone.ok() && *gone == 2u) << gone.status();
+    GenerateResult warm = run(prompt, store->get());
+    EXPECT_EQ(warm.stats.restored_tokens, restored) << len;
+    EXPECT_EQ(warm.stats.restored_from.size(), 2u) << len;
+    EXPECT_EQ(warm.stats.reuse_note, "") << len;
+    EXPECT_EQ(warm.tokens, scratch.tokens) << len;
+    for (size_t i = 0; i < scratch.logits.size(); ++i) {
+      std::vector<double> ref(scratch.logits[i].begin(), scratch.logits[i].end());
+      EXPECT_LT(MaxAbsDiff(warm.logits[i].data(), ref.data(), ref.size()), kLogitTol) << len << " " << i;
+    }
+  }
+  EXPECT_EQ(wm.cache->free_pages(), wm.cache->num_pages());
+}
+
 TEST_F(ReuseTest, LayerwiseRestoreGivesTheSameOutput) {
   const std::pair<uint32_t, uint32_t> cases[] = {{10, 0}, {16, 15}, {17, 16}, {33, 32}, {50, 48}};
   uint32_t salt = 100;

@@ -2,6 +2,13 @@
 # config.json, with the same fields, defaults and validation as the C++
 # decoder (client/decoder/config.cc), and to_json() byte-identical to its
 # ModelConfig::ToJson(), because that text is hashed into the model fingerprint.
+# An absent key takes HF LlamaConfig's default (MistralConfig's for model_type
+# "mistral"); config.cc's header lists them: rms_norm_eps 1e-6, rope_theta
+# 10000, num_key_value_heads = heads (mistral 8), head_dim = hidden / heads,
+# max_position_embeddings 2048 (mistral 131072), tie_word_embeddings,
+# attention_bias and mlp_bias false, sliding_window none (mistral 4096; null:
+# none; use_sliding_window false: none), bos/eos 1/2 (null: none); the five
+# sizes are required.
 import dataclasses
 import json
 
@@ -37,9 +44,12 @@ class ModelConfig:
     num_key_value_heads: int = 2
     head_dim: int = 64
     max_position_embeddings: int = 2048
-    rms_norm_eps: float = _f32(1e-5)
+    rms_norm_eps: float = _f32(1e-6)
     rope_theta: float = 10000.0
     tie_word_embeddings: bool = False
+    attention_bias: bool = False  # q/k/v/o projections carry biases (Qwen2-style)
+    mlp_bias: bool = False        # gate/up/down do
+    sliding_window: int = 0       # Mistral's attention window; 0: full attention
     bos_token_id: int = -1  # -1: none
     eos_token_id: int = -1
 
@@ -75,10 +85,16 @@ class ModelConfig:
              "max_position_embeddings": self.max_position_embeddings,
              "rms_norm_eps": float(self.rms_norm_eps), "rope_theta": float(self.rope_theta),
              "tie_word_embeddings": bool(self.tie_word_embeddings)}
-        if self.bos_token_id >= 0:
-            j["bos_token_id"] = self.bos_token_id
-        if self.eos_token_id >= 0:
-            j["eos_token_id"] = self.eos_token_id
+        # null, not absent, for "none": an absent id reads back as HF's default.
+        j["bos_token_id"] = self.bos_token_id if self.bos_token_id >= 0 else None
+        j["eos_token_id"] = self.eos_token_id if self.eos_token_id >= 0 else None
+        # Only when set, so a plain Llama's text (and fingerprint) is unchanged.
+        if self.attention_bias:
+            j["attention_bias"] = True
+        if self.mlp_bias:
+            j["mlp_bias"] = True
+        if self.sliding_window > 0:
+            j["sliding_window"] = self.sliding_window
         return dump_nlohmann(j)
 
 
@@ -113,9 +129,28 @@ def _read_float(j, field, default, source):
     return _f32(v)
 
 
-def _read_token_id(j, field):
+def _read_bool(j, field, default, source):
+    v = j.get(field)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ConfigError(f'{source}: field "{field}" must be true or false, got {json.dumps(v)}')
+    return v
+
+
+def _read_sliding_window(j, mistral, source):
+    """Mistral's window: absent is MistralConfig's 4096 for model_type "mistral"
+    (LlamaConfig has none); null is none; use_sliding_window false turns it off."""
+    w = _read_uint(j, "sliding_window", False, 4096 if mistral and "sliding_window" not in j else 0,
+                   source)
+    return w if _read_bool(j, "use_sliding_window", True, source) else 0
+
+
+def _read_token_id(j, field, absent):
     """An int, or the first entry of a list (newer configs list several eos ids);
-    wrapped to int32 like C++ get<int32_t>."""
+    wrapped to int32 like C++ get<int32_t>. Absent: HF's default; null: none."""
+    if field not in j:
+        return absent
     v = j.get(field)
     if isinstance(v, list) and v:
         v = v[0]
@@ -153,15 +188,20 @@ def parse_config_json(text, source="config.json"):
     for field in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                   "num_attention_heads"):
         setattr(c, field, _read_uint(j, field, True, 0, source))
+    mistral = j.get("model_type") == "mistral"
     c.num_key_value_heads = _read_uint(j, "num_key_value_heads", False,
-                                       c.num_attention_heads, source)
+                                       8 if mistral else c.num_attention_heads, source)
     c.head_dim = _read_uint(j, "head_dim", False, c.hidden_size // c.num_attention_heads, source)
-    c.max_position_embeddings = _read_uint(j, "max_position_embeddings", False, 2048, source)
-    c.rms_norm_eps = _read_float(j, "rms_norm_eps", c.rms_norm_eps, source)
-    c.rope_theta = _read_float(j, "rope_theta", c.rope_theta, source)
+    c.max_position_embeddings = _read_uint(j, "max_position_embeddings", False,
+                                           4096 * 32 if mistral else 2048, source)
+    c.rms_norm_eps = _read_float(j, "rms_norm_eps", _f32(1e-6), source)
+    c.rope_theta = _read_float(j, "rope_theta", 10000.0, source)
+    c.attention_bias = _read_bool(j, "attention_bias", False, source)
+    c.mlp_bias = _read_bool(j, "mlp_bias", False, source)
+    c.sliding_window = _read_sliding_window(j, mistral, source)
     c.tie_word_embeddings = j.get("tie_word_embeddings") is True
-    c.bos_token_id = _read_token_id(j, "bos_token_id")
-    c.eos_token_id = _read_token_id(j, "eos_token_id")
+    c.bos_token_id = _read_token_id(j, "bos_token_id", 1)
+    c.eos_token_id = _read_token_id(j, "eos_token_id", 2)
     try:
         c.validate()
     except ConfigError as e:

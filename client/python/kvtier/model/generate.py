@@ -46,7 +46,8 @@ class Session:
     answers — the PrefixStore, as the C++ DecoderSession builds them."""
 
     def __init__(self, model_dir, tokens_per_page=256, kv_dtype="fp16", kv_pages=64,
-                 use_daemon=True, endpoint=None, tenant="default", token="", timeout_ms=10000):
+                 use_daemon=True, endpoint=None, tenant="default", token="", timeout_ms=10000,
+                 sliding_window=None):
         self.weights = load_checkpoint(model_dir)
         c = self.weights.config
         if kv_dtype not in KV_DTYPES:
@@ -56,7 +57,7 @@ class Session:
         self.arena = kvtier.ShmBuffer(PagedKvCache.arena_bytes(self.layout.page_bytes, kv_pages))
         self.cache = PagedKvCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
                                   tokens_per_page, kv_dtype, kv_pages, self.arena)
-        self.model = LlamaModel(self.weights, self.cache)
+        self.model = LlamaModel(self.weights, self.cache, sliding_window)  # None: config's
         self.store, self.daemon_note = None, ""
         self.fingerprint = model_fingerprint(self.weights)
         if not use_daemon:
@@ -109,6 +110,9 @@ def _parser():
     a("--kv_dtype", default="fp16", choices=sorted(KV_DTYPES), help="KV page dtype")
     a("--kv_pages", type=int, default=0,
       help="KV arena pages (0: enough for the prompt and new tokens)")
+    a("--sliding_window", type=int, default=-1,
+      help="attention window in tokens (0: full; -1: config.json's sliding_window, full when "
+           "it has none)")
     a("--runs", type=int, default=1, help="serve the prompt this many times (reuse shows from run 2)")
     a("--no_daemon", type=_bool, nargs="?", const=True, default=False,
       help="do not contact kvtierd")
@@ -156,6 +160,8 @@ def _report(run, r, print_ids, as_json):
           f"{st.pages_not_stored} (PUT {st.put_ms:.1f} ms)")
     if st.reuse_note:
         print(f"run {run}: reuse: {st.reuse_note}")
+    if st.stop_note:  # a normal stop, like EOS, but one the user should hear about
+        print(f"kvtier.model.generate: run {run}: {st.stop_note}", file=sys.stderr)
     if as_json:
         d = dict(vars(st), run=run, tokens=r.tokens)
         print("json: " + json.dumps(d, sort_keys=True))
@@ -171,7 +177,8 @@ def main(argv=None):
     try:
         s = Session(args.model, args.tokens_per_page, args.kv_dtype, pages,
                     use_daemon=not args.no_daemon, endpoint=args.endpoint or None,
-                    tenant=args.tenant, token=args.token)
+                    tenant=args.tenant, token=args.token,
+                    sliding_window=None if args.sliding_window < 0 else args.sliding_window)
     except (OSError, ValueError, RuntimeError, kvtier.Error) as e:
         print(f"kvtier.model.generate: {e}", file=sys.stderr)
         return 1

@@ -34,6 +34,9 @@ class GenerateStats:
     put_ms: float = 0.0
     decode_s: float = 0.0
     reuse_note: str = ""
+    # Why generation stopped before max_new_tokens other than at EOS (the
+    # sequence reached max_position_embeddings); empty otherwise.
+    stop_note: str = ""
 
     def decode_tokens_per_s(self):
         return (self.new_tokens - 1) / self.decode_s if self.decode_s > 0 and self.new_tokens > 1 else 0.0
@@ -117,7 +120,10 @@ class Generator:
         return self.model.forward(seq, prompt[stats.restored_tokens:])
 
     def generate(self, prompt, max_new_tokens=32, stop_at_eos=True, layerwise=False):
-        """Runs `prompt` (token ids) in a fresh sequence and removes it at the end."""
+        """Runs `prompt` (token ids) in a fresh sequence and removes it at the end.
+        Reaching max_position_embeddings ends generation like EOS: the tokens so
+        far are returned and stats.stop_note says why (a prompt too long to
+        prefill is a ModelError)."""
         prompt = [int(t) for t in prompt]
         if not prompt:
             raise ValueError("generate: empty prompt")
@@ -138,8 +144,13 @@ class Generator:
             stats.ttft_ms = _ms_since(start)
             self._publish(seq, tokens, stats)
             eos, tpp = model.config.eos_token_id, cache.tokens_per_page
+            max_positions = model.config.max_position_embeddings
             decode_start, put_before = time.perf_counter(), stats.put_ms
             while len(out) < max_new_tokens and not (stop_at_eos and eos >= 0 and nxt == eos):
+                if cache.length(seq) >= max_positions:  # nxt would need position max_positions
+                    stats.stop_note = (f"stopped after {len(out)} new tokens: the sequence reached "
+                                       f"max_position_embeddings ({max_positions})")
+                    break
                 tokens.append(nxt)
                 nxt = greedy(model.forward(seq, [nxt]))
                 out.append(nxt)

@@ -139,7 +139,7 @@ def nlohmann_double(x):
 
 
 def dump_nlohmann(v, indent=0):
-    """nlohmann dump(2) of dicts, lists, str, bool, int and float: 2-space indent,
+    """nlohmann dump(2) of dicts, lists, str, bool, int, float and None: 2-space indent,
     ": " and ",\\n" separators, keys sorted bytewise (std::map)."""
     pad, inner = " " * indent, " " * (indent + 2)
     if isinstance(v, dict):
@@ -153,6 +153,8 @@ def dump_nlohmann(v, indent=0):
             return "[]"
         return ("[\n" + ",\n".join(inner + dump_nlohmann(e, indent + 2) for e in v) + "\n" +
                 pad + "]")
+    if v is None:
+        return "null"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, float):

@@ -6,6 +6,9 @@
 # written to the pages in the page dtype and attention read back from them.
 # Attention itself is a plain masked softmax here (the C++ kernel is an online
 # softmax over tiles), so results agree within fp32 rounding, not bit for bit.
+# Projection biases (attention_bias / mlp_bias checkpoints) are added after
+# each linear layer as C++ ops::AddBias does; a sliding window masks the keys
+# behind it (every page stays in the cache: nothing to restore around).
 import math
 
 import numpy as np
@@ -29,6 +32,11 @@ def _linear(x, w):
     return torch.mm(x, w.t())
 
 
+def _add_bias(y, b):
+    """y += b on every row (ops::AddBias); nothing when the projection has none."""
+    return y if b is None else y.add_(b)
+
+
 def _linear_acc(x, w, y):
     """y + x * w^T with BLAS beta = 1, the residual add ops::Linear(..., beta=1) does."""
     if x.shape[0] == 1:
@@ -38,9 +46,10 @@ def _linear_acc(x, w, y):
 
 class LlamaModel:
     """Borrows `weights` (ModelWeights) and `cache` (PagedKvCache); the cache's
-    shape must be the model's. Not thread-safe."""
+    shape must be the model's. `sliding_window` overrides the config's (0: full
+    attention). Not thread-safe."""
 
-    def __init__(self, weights, cache):
+    def __init__(self, weights, cache, sliding_window=None):
         c = weights.config
         c.validate()
         if (cache.layers, cache.kv_heads, cache.head_dim) != (
@@ -50,6 +59,7 @@ class LlamaModel:
                 f"{cache.head_dim}) does not match the model (layers {c.num_hidden_layers}, "
                 f"kv_heads {c.num_key_value_heads}, head_dim {c.head_dim})")
         self.w, self.cache, self.config = weights, cache, c
+        self.sliding_window = c.sliding_window if sliding_window is None else int(sliding_window)
         self._eps = float(np.float32(c.rms_norm_eps))  # a float promoted to double, as C++
         self._scale = float(np.float32(1.0) / np.sqrt(np.float32(c.head_dim)))
         half = c.head_dim // 2
@@ -116,6 +126,9 @@ class LlamaModel:
             pos = (torch.arange(j0 * g, j1 * g) // g + start).unsqueeze(1)  # row -> position
             tail = torch.arange(start + j0, seen).unsqueeze(0)
             s[:, :, start + j0:].masked_fill_(tail > pos, float("-inf"))
+            if self.sliding_window > 0:  # a query at p sees keys (p - window, p]
+                keys = torch.arange(0, seen).unsqueeze(0)
+                s.masked_fill_(keys <= pos - self.sliding_window, float("-inf"))
             out.append(torch.bmm(torch.softmax(s, dim=-1), v[:, :seen]))
         o = torch.cat(out, dim=1) if len(out) > 1 else out[0]  # [kv_heads][n * g][d]
         return o.view(hkv, n, g, d).transpose(0, 1).reshape(n, c.num_attention_heads * d)
@@ -141,17 +154,18 @@ class LlamaModel:
         c, lw = self.config, self.w.layers[l]
         n, hkv, d = x.shape[0], c.num_key_value_heads, c.head_dim
         h = self._rms_norm(x, lw.input_norm)
-        q = self._rope(_linear(h, lw.q_proj), c.num_attention_heads, cos, sin)
-        k = self._rope(_linear(h, lw.k_proj), hkv, cos, sin)
-        v = _linear(h, lw.v_proj)
+        q = self._rope(_add_bias(_linear(h, lw.q_proj), lw.q_bias), c.num_attention_heads, cos, sin)
+        k = self._rope(_add_bias(_linear(h, lw.k_proj), lw.k_bias), hkv, cos, sin)
+        v = _add_bias(_linear(h, lw.v_proj), lw.v_bias)
         if gate is not None:
             gate(l)  # a layer-wise restore: layer l of the restored pages is in place after
         self.cache.scatter(seq, l, start, k.view(n, hkv, d), v.view(n, hkv, d))
         kk, vv = self.cache.gather(seq, l, start + n)  # attention reads the page dtype
-        x = _linear_acc(self._attention(q, kk, vv, start), lw.o_proj, x)
+        x = _add_bias(_linear_acc(self._attention(q, kk, vv, start), lw.o_proj, x), lw.o_bias)
         h = self._rms_norm(x, lw.post_norm)
-        f = self._swiglu(_linear(h, lw.gate_proj), _linear(h, lw.up_proj))
-        return _linear_acc(f, lw.down_proj, x)
+        f = self._swiglu(_add_bias(_linear(h, lw.gate_proj), lw.gate_bias),
+                         _add_bias(_linear(h, lw.up_proj), lw.up_bias))
+        return _add_bias(_linear_acc(f, lw.down_proj, x), lw.down_bias)
 
     @torch.no_grad()
     def forward(self, seq, tokens, all_logits=False, layer_gate=None):

@@ -1,8 +1,9 @@
 # A strict safetensors reader (8-byte little-endian header length, a JSON
 # header {name: {dtype, shape, data_offsets}}, then the bytes): every entry is
 # validated when the file is opened, and anything malformed — truncation, bad
-# JSON, duplicate names, unknown dtypes, overlapping or uncovered bytes — is a
-# SafetensorsError naming the file and the tensor. No third-party package.
+# JSON, duplicate names, overlapping or uncovered bytes — is a SafetensorsError
+# naming the file and the tensor. Tensors of dtypes other than F32/F16/BF16
+# are listed and only refused when read. No third-party package.
 import json
 import mmap
 import os
@@ -16,6 +17,11 @@ __all__ = ["SafetensorsError", "TensorInfo", "SafetensorsFile", "write_safetenso
 _MAX_HEADER_BYTES = 100 << 20  # as the C++ reader
 _DTYPES = {"F32": (4, np.float32, torch.float32), "F16": (2, np.float16, torch.float16),
            "BF16": (2, np.int16, torch.bfloat16)}  # numpy has no bf16: read the bits
+# Dtypes listed but never converted (a checkpoint may carry tensors the model
+# does not read: I64 position_ids, inv_freq buffers, ...): element bytes, so
+# their spans are still checked. A name in neither table is only bounds-checked.
+_OTHER_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2,
+                      "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 class SafetensorsError(ValueError):
@@ -63,8 +69,6 @@ def _parse_entry(name, e, data_bytes):
     dtype = e["dtype"]
     if not isinstance(dtype, str):
         raise bad("dtype is not a string")
-    if dtype not in _DTYPES:
-        raise bad(f'dtype "{dtype}" is not supported (F32, F16, BF16)')
     shape = e["shape"]
     if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
         raise bad("shape must be a list of non-negative integers")
@@ -74,8 +78,9 @@ def _parse_entry(name, e, data_bytes):
     t = TensorInfo(name, dtype, tuple(shape), off[0], off[1])
     if t.end < t.begin:
         raise bad("data_offsets end before begin")
-    want = t.numel() * _DTYPES[dtype][0]
-    if t.end - t.begin != want:
+    elem = _DTYPES[dtype][0] if dtype in _DTYPES else _OTHER_DTYPE_BYTES.get(dtype, 0)
+    want = t.numel() * elem
+    if elem and t.end - t.begin != want:
         raise bad(f"data_offsets span {t.end - t.begin} bytes but shape {list(t.shape)} of "
                   f"{dtype} needs {want}")
     if t.end > data_bytes:
@@ -168,6 +173,9 @@ class SafetensorsFile:
         if expected_shape is not None and tuple(expected_shape) != t.shape:
             raise SafetensorsError(f'{self.path}: tensor "{name}" has shape {list(t.shape)}, '
                                    f"expected {list(expected_shape)}")
+        if t.dtype not in _DTYPES:
+            raise SafetensorsError(f'{self.path}: tensor "{name}" has dtype {t.dtype}; the '
+                                   "decoder reads F32, F16 or BF16")
         _, np_dtype, torch_dtype = _DTYPES[t.dtype]
         arr = np.frombuffer(self._map, dtype=np_dtype, count=t.numel(),
                             offset=self._data_start + t.begin).copy()

@@ -1,6 +1,8 @@
 // ModelConfig: the shape of a Llama-style decoder, read from a Hugging Face
 // config.json (the same field names, so SmolLM/TinyLlama-class checkpoints
 // load unchanged), plus the named sizes the random-checkpoint tool writes.
+// A key config.json leaves out takes Hugging Face's LlamaConfig default
+// (MistralConfig's for model_type "mistral"); config.cc lists them.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +22,15 @@ struct ModelConfig {
   uint32_t num_key_value_heads = 2;
   uint32_t head_dim = 64;  // config.json "head_dim", else hidden / heads
   uint32_t max_position_embeddings = 2048;
-  float rms_norm_eps = 1e-5f;
+  float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   bool tie_word_embeddings = false;
+  // HF's attention_bias: q/k/v/o projections carry biases (Qwen2-style
+  // checkpoints); mlp_bias: gate/up/down do.
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  // Mistral's attention window in tokens; 0: full attention.
+  uint32_t sliding_window = 0;
   int32_t bos_token_id = -1;  // -1: none
   int32_t eos_token_id = -1;
 

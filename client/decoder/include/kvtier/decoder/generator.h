@@ -29,7 +29,8 @@ struct GenerateOptions {
   // kvtier-decoder-bench --mode=layerwise (124m, 8,192 tokens, 2-core CPU) it
   // won 1.33x on TTFT from host RAM but lost 0.61x from NVMe, where the
   // daemon reads and verifies every page, one by one, before layer 0.
-  // Ignored with a sliding window.
+  // Ignored with a sliding window and with a KV arena on the GPU (the
+  // daemon has no layer-wise GET into GPU buffers yet).
   bool layerwise_restore = false;
 };
 
@@ -48,6 +49,9 @@ struct GenerateStats {
   double put_ms = 0;      // PUT calls, after the first token
   double decode_s = 0;    // the tokens after the first
   std::string reuse_note; // why reuse was off or degraded; empty when it worked
+  // Why generation stopped before max_new_tokens other than at EOS (the
+  // sequence reached max_position_embeddings); empty otherwise.
+  std::string stop_note;
   double DecodeTokensPerS() const {
     return decode_s > 0 && new_tokens > 1 ? (new_tokens - 1) / decode_s : 0;
   }
@@ -66,7 +70,10 @@ class Generator {
 
   // Runs one prompt in a fresh sequence of the model's cache and removes the
   // sequence at the end. Store failures never fail generation: they turn
-  // reuse off for this call and are described in stats.reuse_note.
+  // reuse off for this call and are described in stats.reuse_note. Reaching
+  // max_position_embeddings ends generation like EOS does: the tokens so far
+  // are returned and stats.stop_note says so (a prompt too long to prefill
+  // is an error).
   absl::StatusOr<GenerateResult> Generate(absl::Span<const uint32_t> prompt,
                                           const GenerateOptions& options);
 

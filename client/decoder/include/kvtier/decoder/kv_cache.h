@@ -72,6 +72,23 @@ class PagedKvCache {
   // Records `n` more tokens as written (after Reserve and the kernels'
   // scatter), then frees pages wholly behind the sliding window.
   absl::Status Commit(SeqId seq, uint32_t n);
+  // With a sliding window and a store, a page must be PUT before the window
+  // frees it. HoldForStore makes the window free only blocks below a release
+  // mark (0 at first); Release(seq, blocks) raises the mark once blocks
+  // [0, blocks) are stored (or given up on) and frees what is behind the
+  // window by then. No-ops without a window.
+  absl::Status HoldForStore(SeqId seq);
+  absl::Status Release(SeqId seq, uint32_t blocks);
+  // For an empty sequence being restored with a sliding window: reserves
+  // pages for blocks [first_block, ceil(tokens / tokens_per_page)) and marks
+  // the blocks before as freed, so only the pages the window needs at
+  // `tokens` are fetched. Commit the tokens once their pages are filled.
+  // InvalidArgument when the window at `tokens` would still see block
+  // first_block - 1.
+  absl::Status ReserveWindowTail(SeqId seq, uint32_t tokens, uint32_t first_block);
+  // First block the window needs once a sequence holds `length` tokens (0
+  // without a window).
+  uint32_t FirstNeededBlock(uint32_t length) const { return WindowStart(length) / tokens_per_page(); }
   // Rolls the sequence back to `length` tokens (e.g. a rejected speculative
   // draft) and frees pages past it. FailedPrecondition when the sliding window
   // already freed a page the shorter sequence would need again.
@@ -81,6 +98,7 @@ class PagedKvCache {
   struct Sequence {
     uint32_t length = 0;
     std::vector<int32_t> blocks;
+    uint32_t release_mark = UINT32_MAX;  // the window frees only blocks below it
   };
   explicit PagedKvCache(const KvCacheOptions& options) : options_(options) {}
   // First position a query at `length` still sees.

@@ -43,8 +43,13 @@ struct RestoreResult {
 
 // What a restore asks the daemon for: the leading LOOKUP hits and where
 // they go in the arena (their pages are reserved in the sequence).
+// With a sliding window only the chain's tail the window needs is fetched:
+// blocks [first_block, first_block + keys.size()); the blocks before are
+// behind the window, never fetched, and their keys are `skipped`.
 struct RestorePlan {
   uint32_t pages_looked_up = 0;
+  uint32_t first_block = 0;
+  std::vector<PageKey> skipped;   // keys of blocks [0, first_block)
   std::vector<PageKey> keys;      // the hits
   std::vector<uint64_t> offsets;  // arena offset of each hit's page
 };
@@ -66,6 +71,8 @@ class PrefixStore {
   // `prompt`. At least the prompt's last token is left to compute (its
   // logits start generation): when every token was restored, the sequence
   // is rolled back by one. The sequence then holds RestoreResult.tokens.
+  // With a sliding window only the pages the window needs at that length
+  // are looked up and fetched (the earlier ones stay freed).
   absl::StatusOr<RestoreResult> Restore(SeqId seq, absl::Span<const uint32_t> prompt);
 
   // The layer-wise Restore (docs/PROTOCOL.md, "Layer-wise GET"): LOOKUPs,
@@ -91,6 +98,9 @@ class PrefixStore {
   friend class PendingRestore;
   // LOOKUP, then reserves the hits' pages in the empty sequence.
   absl::StatusOr<RestorePlan> Plan(SeqId seq, absl::Span<const uint32_t> prompt);
+  // Plan's sliding-window form over the prompt's full-page `chain`.
+  absl::StatusOr<RestorePlan> PlanWindowTail(SeqId seq, uint32_t prompt_tokens,
+                                             std::vector<PageKey> chain, RestorePlan p);
   // After the GET: keeps the leading pages that arrived. `committed`: the
   // plan's tokens were recorded in the sequence before the GET (layer-wise).
   absl::StatusOr<RestoreResult> Settle(SeqId seq, uint32_t prompt_tokens, RestorePlan plan,

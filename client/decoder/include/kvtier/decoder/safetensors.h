@@ -21,7 +21,12 @@ absl::string_view TensorDtypeName(TensorDtype d);  // "F32", "F16", "BF16"
 absl::StatusOr<TensorDtype> ParseTensorDtype(absl::string_view name);
 
 struct TensorInfo {
+  // A tensor of another dtype (I64 position_ids, F64 buffers, ...) is kept
+  // with supported = false: a checkpoint may carry tensors the model never
+  // reads, and only reading one is an error.
   TensorDtype dtype = TensorDtype::kF32;
+  bool supported = true;
+  std::string dtype_name;  // as the header spells it
   std::vector<int64_t> shape;
   uint64_t begin = 0;  // offsets into the data section
   uint64_t end = 0;
@@ -31,8 +36,9 @@ struct TensorInfo {
 class SafetensorsFile {
  public:
   // Maps and validates `path`. Errors name the file and the problem:
-  // truncated header, bad JSON, unsupported dtype, data offsets that do not
-  // match the shape or run past the end of the file.
+  // truncated header, bad JSON, data offsets that do not match the shape
+  // (for every dtype whose element size is known) or run past the end of the
+  // file. Tensors of dtypes the reader cannot convert are listed, not refused.
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -42,7 +48,8 @@ class SafetensorsFile {
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* Find(const std::string& name) const;
   // Converts tensor `name` to fp32 into `out` (resized). Fails when it is
-  // missing or its shape differs from `expected_shape`.
+  // missing, its shape differs from `expected_shape`, or its dtype is not
+  // F32, F16 or BF16.
   absl::Status ReadF32(const std::string& name, absl::Span<const int64_t> expected_shape,
                        std::vector<float>* out) const;
 

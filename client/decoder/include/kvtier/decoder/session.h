@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,7 +27,8 @@ struct SessionOptions {
   uint32_t tokens_per_page = 256;
   Dtype kv_dtype = Dtype::kFp16;
   uint32_t kv_pages = 64;       // arena size in pages
-  uint32_t sliding_window = 0;
+  // The attention window; unset: the checkpoint's config (sliding_window).
+  std::optional<uint32_t> sliding_window;
   bool use_daemon = true;
   ClientOptions client;         // endpoint/tenant/token; the layout is filled in
 };

@@ -25,6 +25,9 @@ struct LayerWeights {
   std::vector<float> gate_proj;   // [intermediate, hidden]
   std::vector<float> up_proj;     // [intermediate, hidden]
   std::vector<float> down_proj;   // [hidden, intermediate]
+  // With config.attention_bias / mlp_bias (else empty): [out] of each projection.
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;
+  std::vector<float> gate_bias, up_bias, down_bias;
 };
 
 struct ModelWeights {
@@ -39,7 +42,10 @@ struct ModelWeights {
 };
 
 // Loads `dir`/config.json and the safetensors weights (fp32, fp16 or bf16).
-// Errors name the file and tensor: missing tensor, shape mismatch, bad dtype.
+// Errors name the file and tensor: missing tensor, shape mismatch, bad dtype,
+// or a projection bias the config does not declare (attention_bias/mlp_bias).
+// Other tensors the model does not use (rotary inv_freq buffers,
+// position_ids, ...) are skipped whatever their dtype.
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadCheckpoint(const std::string& dir);
 
 // Weights drawn from N(0, init_std) (norms = 1), reproducible from `seed`.
