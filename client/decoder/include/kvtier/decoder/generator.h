@@ -29,8 +29,7 @@ struct GenerateOptions {
   // kvtier-decoder-bench --mode=layerwise (124m, 8,192 tokens, 2-core CPU) it
   // won 1.33x on TTFT from host RAM but lost 0.61x from NVMe, where the
   // daemon reads and verifies every page, one by one, before layer 0.
-  // Ignored with a sliding window and with a KV arena on the GPU (the
-  // daemon has no layer-wise GET into GPU buffers yet).
+  // Ignored with a sliding window.
   bool layerwise_restore = false;
 };
 
