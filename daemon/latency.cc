@@ -68,6 +68,21 @@ void RequestMetrics::CountError(int type) {
   errors_[Clamp(type)].fetch_add(1, std::memory_order_relaxed);
 }
 
+void GetStages::Record(uint64_t total_ns, const Durations& ns) {
+  const int b = LatencyHistogram::BucketFor(total_ns);
+  count_[b].fetch_add(1, std::memory_order_relaxed);
+  for (int k = 0; k < kStages; ++k) sum_ns_[b][k].fetch_add(ns[k], std::memory_order_relaxed);
+}
+
+std::array<GetStages::Bucket, LatencyHistogram::kBuckets> GetStages::Snap() const {
+  std::array<Bucket, LatencyHistogram::kBuckets> out;
+  for (int b = 0; b < LatencyHistogram::kBuckets; ++b) {
+    out[b].count = count_[b].load(std::memory_order_relaxed);
+    for (int k = 0; k < kStages; ++k) out[b].sum_ns[k] = sum_ns_[b][k].load(std::memory_order_relaxed);
+  }
+  return out;
+}
+
 void RequestMetrics::RecordLatency(int type, uint64_t ns) { hist_[Clamp(type)].Record(ns); }
 
 uint64_t RequestMetrics::requests(int type) const {

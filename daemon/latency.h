@@ -57,6 +57,32 @@ class LatencyHistogram {
   std::atomic<uint64_t> max_ns_{0};
 };
 
+// Where GETs spend their time, grouped by their total time (the buckets of
+// LatencyHistogram): per bucket, how many GETs and the summed time of each
+// stage, so STATS can say what the slow ones waited on. Lock-free like
+// LatencyHistogram.
+class GetStages {
+ public:
+  enum Stage {
+    kPrefetchWait,  // waiting for promotions of its pages already under way
+    kCopyQueue,     // submitted, waiting for a copy worker
+    kCopy,          // reading (the disk, below RAM) and copying into the buffer
+    kStages
+  };
+  using Durations = std::array<uint64_t, kStages>;
+  struct Bucket {
+    uint64_t count = 0;
+    Durations sum_ns{};
+  };
+
+  void Record(uint64_t total_ns, const Durations& ns);
+  std::array<Bucket, LatencyHistogram::kBuckets> Snap() const;
+
+ private:
+  std::array<std::atomic<uint64_t>, LatencyHistogram::kBuckets> count_{};
+  std::array<std::array<std::atomic<uint64_t>, kStages>, LatencyHistogram::kBuckets> sum_ns_{};
+};
+
 // Per-request-type figures, indexed by the request's oneof field number in
 // kvtier.wire.Request (so types added to the schema are covered without a
 // table to update).
@@ -77,6 +103,8 @@ class RequestMetrics {
 
   // Open sessions, published by the frontend thread (which owns the table).
   std::atomic<uint64_t> sessions{0};
+  // GETs by stage (any thread records).
+  GetStages get_stages;
 
  private:
   static int Clamp(int type) { return type > 0 && type < kMaxType ? type : 0; }

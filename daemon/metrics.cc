@@ -234,6 +234,18 @@ void FillLatency(const RequestMetrics& requests, wire::StatsReply* out) {
     l->set_p99_us(s.QuantileNs(0.99) / 1e3);
     l->set_max_us(double(s.max_ns) / 1e3);
   }
+  const auto stages = requests.get_stages.Snap();
+  for (int b = 0; b < LatencyHistogram::kBuckets; ++b) {
+    const GetStages::Bucket& g = stages[b];
+    if (g.count == 0) continue;
+    wire::GetStageBucket* o = out->add_get_stages();
+    o->set_le_us(b < LatencyHistogram::kFiniteBuckets ? LatencyHistogram::UpperBoundNs(b) / 1e3 : 0);
+    o->set_count(g.count);
+    auto mean_us = [&](int k) { return double(g.sum_ns[k]) / double(g.count) / 1e3; };
+    o->set_prefetch_wait_us(mean_us(GetStages::kPrefetchWait));
+    o->set_copy_queue_us(mean_us(GetStages::kCopyQueue));
+    o->set_copy_us(mean_us(GetStages::kCopy));
+  }
 }
 
 }  // namespace kvtier::daemon

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
+#include "daemon/get_timer.h"
 #include "kvtier/status_macros.h"
 
 namespace kvtier::daemon {
@@ -27,6 +28,7 @@ struct PolicyGet {
   bool layerwise = false;
   uint64_t progress_offset = 0;
   uint32_t prefetch_waits = 0;
+  std::shared_ptr<GetTimer> timer = std::make_shared<GetTimer>();
   // Layer-wise: each copy part delivers every layer of its pages; the
   // counter in the buffer moves to l+1 once every part has delivered l.
   absl::Mutex progress_mu;
@@ -298,7 +300,11 @@ void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
       parts.push_back([job, store, pf, b = b, e = e] { CopyPages(*job, b, e, *store, *pf); });
     }
   }
-  engine_->Submit(std::move(parts), [job] {
+  job->timer->Wrap(parts, job->timer);
+  job->timer->Submitted();
+  GetStages* stages = &metrics_.get_stages;
+  engine_->Submit(std::move(parts), [job, stages] {
+    job->timer->Finish(*stages);
     Reply reply;
     if (job->fault) {
       reply.response = ErrorResponse(

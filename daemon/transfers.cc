@@ -5,6 +5,7 @@
 // the last part turns the outcome into the reply frames.
 #include "absl/strings/str_cat.h"
 #include "daemon/daemon.h"
+#include "daemon/get_timer.h"
 #include "kvtier/status_macros.h"
 
 namespace kvtier::daemon {
@@ -46,7 +47,12 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   for (auto [b, e] : SplitRanges(d.keys.size(), s.page_bytes, engine_->threads()))
     parts.push_back([data, t, b = b, e = e] { data->CopyGet(*t, b, e); });
   const uint64_t request_id = d.request.request_id();
-  engine_->Submit(std::move(parts), [data, t, request_id, routing_id] {
+  auto timer = std::make_shared<GetTimer>();
+  timer->Wrap(parts, timer);
+  timer->Submitted();
+  GetStages* stages = &metrics_.get_stages;
+  engine_->Submit(std::move(parts), [data, t, request_id, routing_id, timer, stages] {
+    timer->Finish(*stages);
     Reply reply;
     if (absl::Status st = data->FinishGet(*t); !st.ok()) {
       reply.response = ErrorResponse(request_id, st);

@@ -47,6 +47,27 @@ for name in ("without", "with"):
     print(f"{name:8s} hit rate {100*m['hit_rate']['overall']:.2f}%  hit bytes from RAM {100*ram/total:.1f}%  "
           f"GET p50 {g['p50']:.0f} us  p99 {g['p99']:.0f} us  prefetched {promoted/1e9:.1f} GB, "
           f"wasted {100*rows[name][5]:.1f}% of prefetched pages")
+# What the slowest GETs waited on (the daemon's GET stages by total time):
+# the buckets holding the slowest 1% of GETs, and their mean per stage.
+for name in ("without", "with"):
+    s = json.load(open(os.path.join(d, name + ".daemon.json")))
+    # kvtierctl --json keeps the proto's field names.
+    buckets = sorted(s.get("get_stages", []), key=lambda b: float(b.get("le_us", 0)) or 1e18)
+    total = sum(int(b.get("count", 0)) for b in buckets)
+    if not total:
+        continue
+    tail, n = [], 0
+    for b in reversed(buckets):
+        tail.append(b)
+        n += int(b.get("count", 0))
+        if n >= 0.01 * total:
+            break
+    def mean(key):
+        return sum(float(b.get(key, 0)) * int(b.get("count", 0)) for b in tail) / max(n, 1) / 1e3
+    lo = float(tail[-1].get("le_us", 0)) / 2e3
+    print(f"{name:8s} slowest {n} GETs (> {lo:.0f} ms, {100*n/total:.1f}%): mean waiting for promotions "
+          f"{mean('prefetch_wait_us'):.1f} ms, queued for a copy worker {mean('copy_queue_us'):.1f} ms, "
+          f"reading + copying {mean('copy_us'):.1f} ms")
 w, o = rows["with"], rows["without"]
 print(f"with/without: RAM share {100*w[0]:.1f}% vs {100*o[0]:.1f}% (target >= 80%), "
       f"GET p99 {o[2]/max(w[2],1):.2f}x lower (target >= 2x), wasted {100*w[5]:.1f}% (target <= 10%)")

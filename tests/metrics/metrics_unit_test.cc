@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "daemon/get_timer.h"
 #include "daemon/latency.h"
 #include "daemon/metrics.h"
 #include "daemon/metrics_http.h"
@@ -239,6 +240,50 @@ TEST(PrometheusTest, LatencyRowsForStats) {
   EXPECT_LE(l.p99_us(), l.max_us());
   EXPECT_GT(l.p50_us(), 16);  // the 5th of 10..100 us is 50 us: bucket (32, 64] us
   EXPECT_LE(l.p50_us(), 64);
+}
+
+// GET stages: each GET lands in its total time's bucket, and STATS gives the
+// bucket's mean per stage; a GetTimer stamps the stages from the threads a
+// GET runs on.
+TEST(GetStagesTest, BucketsByTotalTimeWithTheMeanOfEachStage) {
+  RequestMetrics m;
+  m.get_stages.Record(100'000'000, {60'000'000, 10'000'000, 30'000'000});  // 100 ms
+  m.get_stages.Record(90'000'000, {40'000'000, 10'000'000, 40'000'000});   // same bucket
+  m.get_stages.Record(3'000, {0, 1'000, 2'000});                          // 3 us
+  wire::StatsReply out;
+  FillLatency(m, &out);
+  ASSERT_EQ(out.get_stages_size(), 2);
+  const auto& fast = out.get_stages(0);
+  EXPECT_DOUBLE_EQ(fast.le_us(), 4);  // (2, 4] us
+  EXPECT_EQ(fast.count(), 1u);
+  EXPECT_DOUBLE_EQ(fast.copy_us(), 2);
+  const auto& slow = out.get_stages(1);
+  EXPECT_DOUBLE_EQ(slow.le_us(), 131072);  // (65.5, 131] ms
+  EXPECT_EQ(slow.count(), 2u);
+  EXPECT_DOUBLE_EQ(slow.prefetch_wait_us(), 50'000);
+  EXPECT_DOUBLE_EQ(slow.copy_queue_us(), 10'000);
+  EXPECT_DOUBLE_EQ(slow.copy_us(), 35'000);
+}
+
+TEST(GetStagesTest, TimerStampsTheStagesInOrder) {
+  GetStages stages;
+  auto timer = std::make_shared<GetTimer>();
+  std::vector<CopyEngine::Part> parts(2, [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });
+  timer->Wrap(parts, timer);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));  // "waiting for promotions"
+  timer->Submitted();
+  for (auto& p : parts) p();
+  timer->Finish(stages);
+  const auto snap = stages.Snap();
+  uint64_t n = 0;
+  GetStages::Durations sum{};
+  for (const auto& b : snap) {
+    n += b.count;
+    for (int k = 0; k < GetStages::kStages; ++k) sum[k] += b.sum_ns[k];
+  }
+  EXPECT_EQ(n, 1u);
+  EXPECT_GE(sum[GetStages::kPrefetchWait], 2'000'000u);
+  EXPECT_GE(sum[GetStages::kCopy], 4'000'000u) << "both parts run after the first one started";
 }
 
 }  // namespace
