@@ -40,13 +40,6 @@ class PrefetchDemandHook final : public tiers::DemandReadHook {
 
 }  // namespace
 
-absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
-                                          tiers::PagePin& pin, std::vector<uint8_t>& bounce,
-                                          int promote_to) {
-  PrefetchDemandHook hook(pf);
-  return store.ReadPage(pin, bounce, tiers::ReadOptions{.promote_to = promote_to, .demand = &hook});
-}
-
 void ReadPagesForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
                      absl::Span<tiers::PagePin> pins, tiers::PageReadFn on_page, int promote_to) {
   PrefetchDemandHook hook(pf);

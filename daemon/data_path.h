@@ -105,12 +105,8 @@ class DataPath {
 
 // The ways the daemon reads pinned pages for a GET, on copy workers, with
 // the prefetcher as the demand hook (prefetch yields to the read). DataLoss:
-// a miss (the pin is reset). One page (GPU buffers):
-// tiers::TierManager::ReadPage.
-absl::StatusOr<const uint8_t*> ReadForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,
-                                          tiers::PagePin& pin, std::vector<uint8_t>& bounce,
-                                          int promote_to = -1);
-// A range of pages (shm buffers, policy and inline GETs), every read below
+// a miss (the pin is reset).
+// A range of pages (shm and GPU buffers, policy and inline GETs), every read below
 // RAM in flight at once: tiers::TierManager::ReadPages, whose `on_page` gets
 // each page's bytes (valid during the call) as soon as they are readable.
 void ReadPagesForGet(tiers::TierManager& store, prefetch::Prefetcher* pf,

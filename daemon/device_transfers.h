@@ -2,8 +2,9 @@
 // start, mapping client GPU buffers (CUDA IPC, or the emulated device's
 // memory), and the copies of GET/PUT through such a buffer. GET copies each
 // page straight into the client's memory — HBM→client D2D, host→client H2D
-// from the pinned host arena, NVMe→host tier→client — and PUT the other
-// way; adjacent pages go as one copy, each batch on one device stream.
+// from the pinned host arena, NVMe→host→HBM tier→client (deep reads) — and
+// PUT the other way; adjacent pages go as one copy, each batch on one
+// device stream.
 #pragma once
 
 #include <cstdint>
@@ -32,10 +33,14 @@ struct DeviceOptions {
 // pool), which no client may register.
 bool IsOwnDeviceObject(absl::string_view name);
 
-// GET of pins[begin, end) into the device buffer `buf` at offsets[i]. Pages
-// below RAM are read through ReadForGet (promoted, or verified in a bounce
-// buffer; `pf` is held back meanwhile). A page that fails its checksum on
-// NVMe becomes a miss (tiers[i] = 0, pin reset). Returns when every copy has
+// GET of pins[begin, end) into the device buffer `buf` at offsets[i]. HBM
+// pages go D2D; the others are read with ReadPagesForGet (every NVMe read in
+// flight at once; `pf` is held back meanwhile) and copied as each is handed
+// over, in batches: an NVMe page promoted into host memory (promote_on_get)
+// moves on up into the HBM tier when it has clean room and goes D2D from
+// there, else H2D from host memory or from a verified bounce copy. A page
+// that fails its checksum on NVMe becomes a miss (tiers[i] = 0, pin reset)
+// and none of its bytes reach `buf`. Returns when every copy has
 // completed; the first error otherwise.
 absl::Status DeviceGet(tiers::TierManager& store, tiers::HbmTier* hbm, prefetch::Prefetcher* pf,
                        const ClientBuffer& buf,
