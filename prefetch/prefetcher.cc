@@ -253,25 +253,37 @@ void Prefetcher::WorkerLoop() {
 }
 
 void Prefetcher::RunBatch(std::vector<Job>& batch) {
-  // One job at a time, so a waiting GET is released as soon as its page is up.
-  for (const Job& job : batch) {
-    // A promotion ahead of need yields to demand I/O in the device queue; one
-    // a GET already waits for (a demand job, or a prefetch it caught up with)
-    // is demand I/O itself (io_class.h).
-    const bool wanted = job.cls == JobClass::kDemand || job.demanded;
+  // The jobs a GET already waits for (demand jobs, or prefetches it caught up
+  // with) first, as demand I/O; then the promotions ahead of need, which
+  // yield to demand I/O in the device queue (io_class.h). Within each, every
+  // read is in flight at once (the device's depth, not one page per thread),
+  // and each job finishes as soon as its page is up, so a waiting GET is
+  // released then.
+  for (const bool wanted : {true, false}) {
+    std::vector<size_t> jobs;
+    std::vector<tiers::PagePin> pins;
+    for (size_t j = 0; j < batch.size(); ++j) {
+      if ((batch[j].cls == JobClass::kDemand || batch[j].demanded) != wanted) continue;
+      jobs.push_back(j);
+      std::optional<tiers::PagePin> pin = store_->PinForPromotion(batch[j].ns, batch[j].key);
+      pins.push_back(pin ? *std::move(pin) : tiers::PagePin());
+    }
+    if (jobs.empty()) continue;
     tiers::IoClassScope io_class(wanted ? tiers::IoClass::kDemand : tiers::IoClass::kPrefetch);
     // Prefetch threads may write a dirty page back to make room (the
-    // cleaner usually left clean ones); a GET's own promotion may not.
-    std::vector<tiers::PromoteResult> r = store_->PromoteBatch(
-        job.ns, absl::MakeConstSpan(&job.key, 1), target_, tiers::EvictMode::kMayWrite);
-    std::vector<std::shared_ptr<Waiter>> fire;
-    tiers::PagePin release;
-    {
-      absl::MutexLock lock(&mu_);
-      Finish(job, std::move(r[0]), &fire, &release);
-    }
-    release.Reset();
-    Fire(fire);
+    // cleaner usually left clean ones).
+    store_->PromotePinned(absl::MakeSpan(pins), target_, tiers::EvictMode::kMayWrite,
+                          [&](size_t k, tiers::PromoteOutcome outcome) {
+                            tiers::PromoteResult r{outcome, std::move(pins[k])};
+                            std::vector<std::shared_ptr<Waiter>> fire;
+                            tiers::PagePin release;
+                            {
+                              absl::MutexLock lock(&mu_);
+                              Finish(batch[jobs[k]], std::move(r), &fire, &release);
+                            }
+                            release.Reset();
+                            Fire(fire);
+                          });
   }
 }
 

@@ -49,6 +49,7 @@ class PageReadBatch {
     size_t i = 0;  // index into pins_
     std::optional<Impl::PageMove> move;
     Bounce bounce;
+    PromoteOutcome not_promoted = PromoteOutcome::kFailed;  // why StartPromotion said no
   };
   PageEntry* Entry(const Read& r) const { return pins_[r.i].entry_; }
   size_t Window() const;
@@ -57,6 +58,7 @@ class PageReadBatch {
     return completions_.Done(r);
   }
   void Start(size_t r);
+  static absl::Status NotPromoted(PromoteOutcome why);
   bool StartPromotion(size_t r);
   void StartBounce(size_t r);
   void Complete(size_t r, absl::Status st);
@@ -114,7 +116,17 @@ void PageReadBatch::Start(size_t r) {
   if (promote_to_ && StartPromotion(r)) return;
   // Already found corrupt (by a promotion attempt): no second read.
   if (absl::Status st = m_.KnownCorrupt(Entry(reads_[r])); !st.ok()) return Hand(reads_[r].i, st);
+  if (options_.promote_only) return Hand(reads_[r].i, NotPromoted(reads_[r].not_promoted));
   StartBounce(r);
+}
+
+absl::Status PageReadBatch::NotPromoted(PromoteOutcome why) {
+  switch (why) {
+    case PromoteOutcome::kMissing: return absl::NotFoundError("deleted before its promotion");
+    case PromoteOutcome::kBusy: return absl::UnavailableError("another reader holds the page");
+    case PromoteOutcome::kNoRoom: return absl::ResourceExhaustedError("no room in the target tier");
+    default: return absl::InternalError("not promoted");
+  }
 }
 
 // True when the page is being promoted (its read into the target slot is
@@ -122,20 +134,25 @@ void PageReadBatch::Start(size_t r) {
 bool PageReadBatch::StartPromotion(size_t r) {
   Read& rd = reads_[r];
   PageEntry* e = Entry(rd);
-  if (m_.CheckPromotable(e, *promote_to_).has_value()) return false;
+  if (std::optional<PromoteOutcome> no = m_.CheckPromotable(e, *promote_to_)) {
+    rd.not_promoted = *no;
+    return false;
+  }
   Tier& target = *m_.tiers[*promote_to_]->tier;
   if (target.Region().first == nullptr) {
     // A target that is not host memory (an HBM prefetch target): the
     // synchronous move, as ReadPage does it.
-    if (mgr_.PromoteTo(pins_[rd.i], *promote_to_) != PromoteOutcome::kPromoted) return false;
+    rd.not_promoted = mgr_.PromoteTo(pins_[rd.i], *promote_to_, options_.promote_evict);
+    if (rd.not_promoted != PromoteOutcome::kPromoted) return false;
     if (pins_[rd.i].data() == nullptr) return false;
     Hand(rd.i, pins_[rd.i].data());
     return true;
   }
-  // A GET's promotion makes room only by dropping clean pages.
-  rd.move.emplace(m_.PrepareMove(e, *promote_to_, Impl::MoveKind::kPromote, EvictMode::kCleanOnly));
+  rd.move.emplace(
+      m_.PrepareMove(e, *promote_to_, Impl::MoveKind::kPromote, options_.promote_evict));
   if (!rd.move->dst.ok()) {
     rd.move.reset();
+    rd.not_promoted = PromoteOutcome::kNoRoom;
     return false;
   }
   uint8_t* dst = target.Address(*rd.move->dst);
@@ -181,6 +198,7 @@ void PageReadBatch::CompletePromotion(size_t r, absl::Status st) {
   // As ReadPage after a promotion that did not happen (busy, deleted, read
   // error): a bounce read. A page found corrupt is a miss without one.
   if (absl::Status known = m_.KnownCorrupt(Entry(rd)); !known.ok()) return Hand(rd.i, known);
+  if (options_.promote_only) return Hand(rd.i, st.ok() ? NotPromoted(outcome) : st);
   StartBounce(r);
 }
 
@@ -208,6 +226,46 @@ absl::StatusOr<const uint8_t*> TierManager::ReadPage(PagePin& pin, std::vector<u
   if (absl::IsDataLoss(st)) pin.Reset();
   if (!st.ok()) return st;
   return bounce.data();
+}
+
+void TierManager::PromotePinned(absl::Span<PagePin> pins, size_t to, EvictMode mode,
+                                absl::FunctionRef<void(size_t, PromoteOutcome)> on_done) {
+  Impl& m = *impl_;
+  const bool host_target = to < m.tiers.size() && m.tiers[to]->tier->Region().first != nullptr;
+  std::vector<PagePin> below;  // read together; below_of[k]: its index in pins
+  std::vector<size_t> below_of;
+  for (size_t i = 0; i < pins.size(); ++i) {
+    if (!pins[i].valid()) {
+      on_done(i, PromoteOutcome::kMissing);
+    } else if (pins[i].entry_->tier <= to) {  // pinned: its tier stays put
+      on_done(i, PromoteOutcome::kAlreadyThere);
+    } else if (!host_target || pins[i].data() != nullptr || pins[i].is_hold()) {
+      const PromoteOutcome o = PromoteTo(pins[i], to, mode);
+      if (o != PromoteOutcome::kPromoted && o != PromoteOutcome::kAlreadyThere) pins[i].Reset();
+      on_done(i, o);
+    } else {
+      below.push_back(std::move(pins[i]));
+      below_of.push_back(i);
+    }
+  }
+  if (below.empty()) return;
+  const ReadOptions options{.promote_to = static_cast<int>(to), .promote_only = true,
+                            .promote_evict = mode};
+  ReadPages(absl::MakeSpan(below), options,
+            [&](size_t k, absl::StatusOr<const uint8_t*> bytes) {
+              const size_t i = below_of[k];
+              PromoteOutcome o = PromoteOutcome::kPromoted;
+              if (!bytes.ok()) {
+                const absl::Status& st = bytes.status();
+                o = absl::IsNotFound(st)            ? PromoteOutcome::kMissing
+                    : absl::IsUnavailable(st)       ? PromoteOutcome::kBusy
+                    : absl::IsResourceExhausted(st) ? PromoteOutcome::kNoRoom
+                                                    : PromoteOutcome::kFailed;
+              }
+              if (o == PromoteOutcome::kPromoted) pins[i] = std::move(below[k]);
+              below[k].Reset();
+              on_done(i, o);
+            });
 }
 
 bool TierManager::Promote(PagePin& pin) {

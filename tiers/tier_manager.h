@@ -262,6 +262,14 @@ struct ReadOptions {
   // ReadPages: bounce-buffer bytes it keeps in flight at most (further
   // reads wait for completions); at least one page's.
   uint64_t max_bounce_bytes = 64ull << 20;
+  // Promotions only (PromotePinned, whatever promote_on_get says): a page
+  // that is not moved up is handed over with why (NotFound: deleted;
+  // Unavailable: busy; ResourceExhausted: no room; DataLoss: corrupt; or
+  // the read's error) instead of being read into a bounce buffer.
+  bool promote_only = false;
+  // How a promotion may make room in its target: a GET's only by dropping
+  // clean pages; the prefetcher's may write a dirty one back.
+  EvictMode promote_evict = EvictMode::kCleanOnly;
 };
 
 // ReadPages hands page i's bytes (or why it has none) to this, on the
@@ -480,6 +488,15 @@ class TierManager {
   // page's only one (readers use its slot). Pages at or above `to` are left.
   // Room in `to` is made as `mode` allows.
   PromoteOutcome PromoteTo(PagePin& pin, size_t to, EvictMode mode = EvictMode::kCleanOnly);
+  // Promotes the pinned pages (PinForPromotion) to tier `to` with every
+  // read below host memory in flight at once (ReadPages' machinery; a page
+  // already in host memory, or a target that is not, takes PromoteTo), and
+  // calls `on_done(i, outcome)` once per pin, on the calling thread, as soon
+  // as page i is up or known not to be. After on_done, pins[i] still pins
+  // the page for kPromoted and kAlreadyThere (the caller keeps or resets
+  // it); otherwise it is empty.
+  void PromotePinned(absl::Span<PagePin> pins, size_t to, EvictMode mode,
+                     absl::FunctionRef<void(size_t i, PromoteOutcome outcome)> on_done);
   // Pins and promotes each key to tier `to`; the pins of the pages that end
   // at or above `to` come back (for the caller to hold as leases).
   std::vector<PromoteResult> PromoteBatch(NamespaceId ns, absl::Span<const PageKey> keys,

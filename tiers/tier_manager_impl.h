@@ -133,7 +133,7 @@ struct TierManager::Impl {
   // Where a GET promotes the pages it reads under `o` (ReadPage, ReadPages,
   // ReadLayers); nullopt: it does not.
   std::optional<size_t> PromoteTarget(const ReadOptions& o) const {
-    if (!o.promote || !config.promote_on_get) return std::nullopt;
+    if (!o.promote || (!o.promote_only && !config.promote_on_get)) return std::nullopt;
     return o.promote_to >= 0 ? static_cast<size_t>(o.promote_to) : promote_to;
   }
   // Whether a page leaving tier t may be written to tier t+1 (admission).

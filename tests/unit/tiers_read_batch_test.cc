@@ -231,6 +231,55 @@ TEST_F(ReadBatchTest, ReadsOverlap) {
   }
 }
 
+// The prefetcher's batch (TierManager::PromotePinned): every read in flight
+// at once, whatever promote_on_get says; each page's outcome reported once:
+// promoted (still pinned, bytes exact), busy (a GET reads it), failed
+// (corrupt: dropped), missing (no pin); none read into a bounce buffer.
+TEST_F(ReadBatchTest, PromotePinnedReadsTogetherAndReportsEachPage) {
+  OpenWith(64, 32, /*promote_on_get=*/false, /*gated=*/true);
+  Corrupt(5);
+  std::optional<PagePin> reader = mgr_->PinForRead(ns_["a"], Key(9));
+  ASSERT_TRUE(reader.has_value());
+  std::vector<PagePin> pins(33);  // the last one: a key that is not stored
+  for (uint64_t i = 0; i < 32; ++i) {
+    auto pin = mgr_->PinForPromotion(ns_["a"], Key(i));
+    ASSERT_TRUE(pin.has_value()) << i;
+    pins[i] = *std::move(pin);
+  }
+  const uint64_t read_before = Snap(1).io.bytes_read;
+  std::vector<int> calls(33, 0);
+  std::vector<PromoteOutcome> outcome(33);
+  mgr_->PromotePinned(absl::MakeSpan(pins), 0, EvictMode::kMayWrite,
+                      [&](size_t i, PromoteOutcome o) {
+                        ++calls[i];
+                        outcome[i] = o;
+                      });
+  for (uint64_t i = 0; i < 33; ++i) {
+    EXPECT_EQ(calls[i], 1) << i;
+    if (i == 5 || i == 9 || i == 32) continue;
+    ASSERT_EQ(outcome[i], PromoteOutcome::kPromoted) << i;
+    ASSERT_TRUE(pins[i].valid() && pins[i].data() != nullptr) << i;
+    EXPECT_TRUE(std::equal(pins[i].data(), pins[i].data() + kPage, Bytes(kPage, i).begin())) << i;
+  }
+  EXPECT_EQ(outcome[5], PromoteOutcome::kFailed);
+  EXPECT_FALSE(pins[5].valid());
+  EXPECT_EQ(outcome[9], PromoteOutcome::kBusy);
+  EXPECT_FALSE(pins[9].valid());
+  EXPECT_EQ(outcome[32], PromoteOutcome::kMissing);
+  EXPECT_GE(gate_->stats().max_inflight, 8u) << "promotions were read one at a time";
+  EXPECT_EQ(Snap(0).pages, 30u);
+  EXPECT_EQ(Snap(1).checksum_errors, 1u);
+  EXPECT_EQ(Snap(1).io.bytes_read - read_before, 31 * kPage) << "no bounce read of the busy page";
+  // Up already: said so, still pinned.
+  std::vector<PagePin> again(1);
+  again[0] = *mgr_->PinForPromotion(ns_["a"], Key(0));
+  pins.clear();
+  mgr_->PromotePinned(absl::MakeSpan(again), 0, EvictMode::kMayWrite, [&](size_t, PromoteOutcome o) {
+    EXPECT_EQ(o, PromoteOutcome::kAlreadyThere);
+  });
+  EXPECT_TRUE(again[0].valid());
+}
+
 TEST_F(ReadBatchTest, BounceBytesBoundTheReadsInFlight) {
   OpenWith(4, 32, /*promote_on_get=*/false, /*gated=*/true);
   std::vector<PagePin> pins = PinAll(32);
