@@ -55,6 +55,7 @@ absl::string_view TierKindName(TierKind t) {
     case TierKind::kHbm: return "hbm";
     case TierKind::kHost: return "host";
     case TierKind::kNvme: return "nvme";
+    case TierKind::kRemote: return "remote";
   }
   return "?";
 }

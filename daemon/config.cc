@@ -39,6 +39,17 @@ absl::Status DaemonConfig::Validate() const {
   RETURN_IF_ERROR(host.Validate());
   RETURN_IF_ERROR(store.Validate());
   if (nvme.capacity_bytes > 0) RETURN_IF_ERROR(nvme.Validate());
+  if (remote.enabled()) {
+#ifndef KVTIER_HAVE_REMOTE
+    return absl::InvalidArgumentError("--remote_seeds: this kvtierd was built without hiredis");
+#endif
+    if (nvme.capacity_bytes == 0)
+      return absl::InvalidArgumentError("--remote_seeds needs the NVMe tier (--nvme_bytes > 0)");
+    if (remote.capacity_bytes == 0) return absl::InvalidArgumentError("--remote_bytes must be > 0");
+    if (remote.connect_timeout <= absl::ZeroDuration() ||
+        remote.command_timeout <= absl::ZeroDuration())
+      return absl::InvalidArgumentError("--remote_*_timeout_ms must be > 0");
+  }
   return absl::OkStatus();
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -15,6 +16,16 @@
 
 namespace kvtier::daemon {
 
+// The remote tier (a Redis Cluster shared by several hosts, below NVMe):
+// plain options here, so the config builds without hiredis.
+struct RemoteOptions {
+  std::vector<std::string> seeds;  // "host:port" of any cluster nodes; empty: no remote tier
+  uint64_t capacity_bytes = 64ull << 30;  // bytes this daemon keeps there
+  absl::Duration connect_timeout = absl::Milliseconds(500);
+  absl::Duration command_timeout = absl::Seconds(2);
+  bool enabled() const { return !seeds.empty(); }
+};
+
 struct DaemonConfig {
   std::string ipc_socket;   // path of the ipc:// socket; empty = no ipc endpoint
   std::string tcp_endpoint; // e.g. "tcp://127.0.0.1:7450"; empty = none
@@ -24,6 +35,7 @@ struct DaemonConfig {
   tiers::HostTierConfig host;
   // NVMe tier: capacity 0 disables it; dir empty means <state_dir>/nvme.
   tiers::NvmeTierConfig nvme;
+  RemoteOptions remote;
   tiers::TierManagerConfig store;
   // LOOKUP lookahead, PREFETCH, GET policies (prefetch_handlers.cc).
   prefetch::PrefetcherConfig prefetch;

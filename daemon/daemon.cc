@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/endpoint.h"
+#include "daemon/remote_setup.h"
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -117,6 +118,7 @@ absl::Status Daemon::Init() {
   } else {
     spdlog::info("nvme tier: disabled (--nvme_bytes=0)");
   }
+  RETURN_IF_ERROR(AddRemoteTier(config_, tiers));
   ASSIGN_OR_RETURN(store_, tiers::TierManager::Create(config_.store, std::move(tiers)));
   for (const Tenant& t : tenants_.tenants()) {
     tiers::NamespaceConfig nc{.name = t.name,

@@ -100,7 +100,7 @@ class Daemon {
   std::vector<PageKey> chain_scratch_;
   // By tiers::TierKind value: pages there are below the prefetch target, so
   // a LOOKUP hit there starts the lookahead (set by InitPrefetch).
-  std::array<bool, 4> below_prefetch_target_{};
+  std::array<bool, 5> below_prefetch_target_{};  // kNone .. kRemote
   absl::StatusOr<Reply> HandleDelete(Session& s, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleStats(Session& s, const DecodedRequest& d);
   // Inline GET: answered at once when every page is in RAM, else by a copy

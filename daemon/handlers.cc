@@ -154,6 +154,15 @@ absl::StatusOr<Daemon::ChainLookup> Daemon::LookupChain(const Session& s,
                                                         absl::Span<const PageKey> chain,
                                                         uint32_t lease_ms, std::string& tiers) {
   tiers::LookupResult result = store_->Lookup(s.ns, chain);
+  if (result.hits < chain.size() && config_.remote.enabled() && s.page_bytes > 0) {
+    // Cluster-wide reuse: the rest of the chain may be pages another node
+    // put in the remote tier (one existence check per cluster node).
+    const PageKey parent = result.hits > 0 ? chain[result.hits - 1] : PageKey::Zero();
+    const uint32_t more =
+        store_->AdoptShared(s.ns, chain.subspan(result.hits), parent, s.page_bytes);
+    result.tiers.insert(result.tiers.end(), more, tiers::TierKind::kRemote);
+    result.hits += more;
+  }
   ChainLookup out;
   // Lookahead first: a leased page is "merged" for the prefetcher, so it
   // would not be queued for promotion after its lease (holds do not stop a

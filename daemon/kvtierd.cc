@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
 #include "kvtier/byte_size.h"
@@ -41,6 +42,11 @@ ABSL_FLAG(int, prefetch_lease_ms, 2000, "how long a prefetched page stays pinned
 ABSL_FLAG(int, prefetch_deadline_ms, 1000, "a lookahead promotion not started within this is dropped");
 ABSL_FLAG(std::string, prefetch_max_pinned, "0", "bytes prefetch may hold pinned (leases + in flight); 0 = a quarter of the host tier");
 ABSL_FLAG(std::string, nvme_admission, "all", "which host evictions are written to NVMe: all, or reused (pages read or PUT again since stored)");
+ABSL_FLAG(std::string, remote_seeds, "", "remote tier below NVMe: host:port of Redis Cluster nodes, comma-separated (any nodes of the cluster; loopback in tests); empty: no remote tier");
+ABSL_FLAG(std::string, remote_bytes, "64GiB", "bytes of pages this daemon keeps in the remote tier (its oldest leave, and are deleted, above it)");
+ABSL_FLAG(std::string, remote_admission, "all", "which NVMe evictions are written to the remote tier: all, or reused (pages read or PUT again since stored)");
+ABSL_FLAG(int, remote_connect_timeout_ms, 500, "remote tier: connect timeout per node");
+ABSL_FLAG(int, remote_command_timeout_ms, 2000, "remote tier: bound on each socket read/write of a batch");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
 ABSL_FLAG(bool, nvme_reclaim_copies_first, false, "when NVMe needs room, first drop its copies of pages that are also in RAM (more distinct pages cached, but each is written again when RAM evicts it); off: evict NVMe-only pages, LRU");
 ABSL_FLAG(double, clean_fraction, 0.10, "the evictor keeps this fraction of each RAM tier written back to NVMe (clean) ahead of need, so requests make room without disk writes; 0: off");
@@ -89,6 +95,19 @@ absl::StatusOr<uint64_t> BytesFlag(const absl::Flag<std::string>& flag) {
   return bytes;
 }
 
+absl::Status RemoteFromFlags(kvtier::daemon::DaemonConfig& c) {
+  using Admission = kvtier::tiers::TierManagerConfig::Admission;
+  c.remote.seeds = absl::StrSplit(absl::GetFlag(FLAGS_remote_seeds), ',', absl::SkipWhitespace());
+  ASSIGN_OR_RETURN(c.remote.capacity_bytes, BytesFlag(FLAGS_remote_bytes));
+  c.remote.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_remote_connect_timeout_ms));
+  c.remote.command_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_remote_command_timeout_ms));
+  const std::string admission = absl::GetFlag(FLAGS_remote_admission);
+  if (admission == "all") c.store.remote_admission = Admission::kAll;
+  else if (admission == "reused") c.store.remote_admission = Admission::kReusedOnly;
+  else return absl::InvalidArgumentError("--remote_admission must be all or reused");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   kvtier::daemon::DaemonConfig c;
   c.ipc_socket = absl::GetFlag(FLAGS_socket);
@@ -127,6 +146,7 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   if (admission == "all") c.store.persistent_admission = kvtier::tiers::TierManagerConfig::Admission::kAll;
   else if (admission == "reused") c.store.persistent_admission = kvtier::tiers::TierManagerConfig::Admission::kReusedOnly;
   else return absl::InvalidArgumentError("--nvme_admission must be all or reused");
+  RETURN_IF_ERROR(RemoteFromFlags(c));
   c.store.high_watermark = absl::GetFlag(FLAGS_high_watermark);
   c.store.clean_fraction = absl::GetFlag(FLAGS_clean_fraction);
   c.store.reclaim_copies_first = absl::GetFlag(FLAGS_nvme_reclaim_copies_first);

@@ -160,7 +160,8 @@ void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& sto
 absl::Status Daemon::InitPrefetch() {
   ASSIGN_OR_RETURN(prefetcher_, prefetch::Prefetcher::Create(config_.prefetch, store_.get()));
   const int target = store_->TierIndex(config_.prefetch.target);
-  for (tiers::TierKind k : {tiers::TierKind::kHbm, tiers::TierKind::kHost, tiers::TierKind::kNvme})
+  for (tiers::TierKind k : {tiers::TierKind::kHbm, tiers::TierKind::kHost, tiers::TierKind::kNvme,
+                            tiers::TierKind::kRemote})
     below_prefetch_target_[static_cast<size_t>(k)] = store_->TierIndex(k) > target;
   return absl::OkStatus();
 }
@@ -200,7 +201,8 @@ uint32_t Daemon::StartLookahead(const Session& s, absl::Span<const PageKey> keys
   // The common case, every hit in RAM already, costs a table look-up per
   // hit here rather than the prefetcher's per-hit tier search.
   if (std::none_of(found.tiers.begin(), found.tiers.end(), [&](tiers::TierKind t) {
-        return below_prefetch_target_[static_cast<size_t>(t) & 3];
+        const auto k = static_cast<size_t>(t);
+        return k < below_prefetch_target_.size() && below_prefetch_target_[k];
       }))
     return 0;
   return prefetcher_->OnLookup(s.ns, keys, found.tiers).queued;

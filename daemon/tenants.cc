@@ -22,8 +22,9 @@ absl::StatusOr<tiers::TierKind> ParseTierName(absl::string_view name) {
   if (name == "hbm") return tiers::TierKind::kHbm;
   if (name == "host") return tiers::TierKind::kHost;
   if (name == "nvme") return tiers::TierKind::kNvme;
+  if (name == "remote") return tiers::TierKind::kRemote;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown tier '", name, "' (want hbm, host or nvme)"));
+      absl::StrCat("unknown tier '", name, "' (want hbm, host, nvme or remote)"));
 }
 
 // A byte size given as a number or a string like "512MiB".

@@ -31,8 +31,8 @@ PageEntry* TierManager::Impl::TakeDirty(size_t t, NamespaceId ns) {
 }
 
 size_t TierManager::Impl::CleanTier(size_t t, NamespaceId ns, uint64_t want_clean_bytes) {
-  if (IsLastTier(t) || !HasPersistentLastTier()) return 0;
-  const size_t last = tiers.size() - 1;
+  if (!HasBackupTier() || t >= backup_tier) return 0;
+  const size_t last = backup_tier;
   // Whole-tier cleaning stops at the target; a namespace's request cleans
   // one batch of its own coldest pages.
   const uint64_t have =
@@ -52,7 +52,7 @@ size_t TierManager::Impl::CleanTier(size_t t, NamespaceId ns, uint64_t want_clea
 }
 
 void TierManager::Impl::RequestClean(NamespaceId ns, size_t t) {
-  if (IsLastTier(t) || !HasPersistentLastTier() || !config.start_evictor_thread) return;
+  if (!HasBackupTier() || t >= backup_tier || !config.start_evictor_thread) return;
   absl::MutexLock lock(&evictor_mu);
   clean_requests.insert({ns, t});
   evictor_kick = true;
@@ -75,8 +75,8 @@ bool TierManager::Impl::CleanRequested() {
 }
 
 uint64_t TierManager::Impl::ReclaimBackups(uint64_t want_bytes) {
-  if (config.write_through) return 0;  // there, every copy is a promise
-  const size_t last = tiers.size() - 1;
+  if (config.write_through || !HasBackupTier()) return 0;  // there, every copy is a promise
+  const size_t last = backup_tier;
   uint64_t freed = 0;
   for (size_t t = 0; t < last && freed < want_bytes; ++t) {
     for (uint32_t i = 0; i < index.num_shards() && freed < want_bytes; ++i) {

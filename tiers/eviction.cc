@@ -52,10 +52,10 @@ uint32_t TierManager::Impl::ScanLimit(size_t t) const {
 
 std::optional<VictimFilter> TierManager::Impl::FilterFor(size_t t, EvictMode mode) const {
   if (mode == EvictMode::kMayWrite) return VictimFilter::kAny;
-  if (IsLastTier(t)) {
-    if (tiers[t]->tier->persistent()) return std::nullopt;  // dropping deletes a record
-    return VictimFilter::kAny;
-  }
+  // Leaving a persistent tier deletes a record (disk), or demotes to the
+  // remote tier (network): never on the request path.
+  if (tiers[t]->tier->persistent()) return std::nullopt;
+  if (IsLastTier(t)) return VictimFilter::kAny;
   if (!tiers[t + 1]->tier->persistent()) return VictimFilter::kAny;  // RAM to RAM: a memcpy
   return config.persistent_admission == TierManagerConfig::Admission::kAll
              ? VictimFilter::kClean
@@ -226,9 +226,14 @@ size_t TierManager::Impl::DropAndUnlock(IndexShard& shard, PageEntry* e, size_t 
 }
 
 bool TierManager::Impl::Admit(const PageEntry* e, size_t t) const {
-  if (config.persistent_admission == TierManagerConfig::Admission::kAll) return true;
-  if (e->clean()) return true;  // already durable there
-  if (!tiers[t + 1]->tier->persistent()) return true;
+  const Tier& below = *tiers[t + 1]->tier;
+  // NVMe evictions into the remote tier have their own policy.
+  const TierManagerConfig::Admission admission = below.kind() == TierKind::kRemote
+                                                     ? config.remote_admission
+                                                     : config.persistent_admission;
+  if (admission == TierManagerConfig::Admission::kAll) return true;
+  if (e->clean() && IsBackupTier(t + 1)) return true;  // already durable there
+  if (!below.persistent()) return true;
   return e->flags & PageEntry::kReused;
 }
 
@@ -239,7 +244,7 @@ size_t TierManager::Impl::EvictTo(size_t t, uint64_t target) {
   // copies of pages that are also in RAM (write-back only; under
   // write-through they are the promise). Off (default): plain leaf-first LRU
   // over the pages that live only there; see TierManagerConfig.
-  if (config.reclaim_copies_first && IsLastTier(t) && tier.persistent() &&
+  if (config.reclaim_copies_first && IsBackupTier(t) &&
       tier.used_bytes() > target) {
     ReclaimBackups(tier.used_bytes() - target);
   }
@@ -265,7 +270,7 @@ size_t TierManager::Impl::EvictTo(size_t t, uint64_t target) {
     if (batch < config.eviction_batch) break;  // nothing more evictable (or done)
   }
   // Only copies of RAM pages left to give: they go after all.
-  if (IsLastTier(t) && tier.persistent() && tier.used_bytes() > target) {
+  if (IsBackupTier(t) && tier.used_bytes() > target) {
     ReclaimBackups(tier.used_bytes() - target);
   }
   return total;

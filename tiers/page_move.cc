@@ -52,7 +52,7 @@ void TierManager::Impl::SwitchTierLocked(IndexShard& shard, PageEntry* e, size_t
   e->slot = slot;
   // A fresh stamp in the new tier: pages arrive there in the order they move.
   shard.MoveTierLocked(e, static_cast<uint8_t>(to), NextStamp());
-  if (was_clean && keep_backup && !IsLastTier(to)) SetBackupLocked(shard, e, e->backup);
+  if (was_clean && keep_backup && !IsBackupTier(to)) SetBackupLocked(shard, e, e->backup);
 }
 
 void TierManager::Impl::ReleaseSlot(size_t t, NamespaceId ns, const Slot& slot,
@@ -137,7 +137,7 @@ TierManager::Impl::PageMove TierManager::Impl::PrepareMove(PageEntry* e, size_t 
     clean = e->clean();
     backup = e->backup;
   }
-  if (kind == MoveKind::kDemote && clean && IsLastTier(to)) {
+  if (kind == MoveKind::kDemote && clean && IsBackupTier(to)) {
     m.dst = backup;  // the durable copy becomes the page: nothing to write
     m.copied = m.reuses_backup = true;
     return m;
@@ -224,10 +224,11 @@ bool TierManager::Impl::FinishMove(PageMove& m) {
         if (m.checksum != 0) e->checksum = m.checksum;
         break;
       case MoveKind::kPromote: {
-        // Inclusive NVMe: a page promoted from the persistent tier keeps its
+        // Inclusive NVMe: a page promoted from the backup tier keeps its
         // copy there, clean, so it survives a restart and its next demotion
-        // writes nothing.
-        const bool keep_old = tiers[m.from]->tier->persistent() && IsLastTier(m.from);
+        // writes nothing. (From a remote tier the copy goes: a backup lives
+        // on NVMe only.)
+        const bool keep_old = IsBackupTier(m.from);
         SwitchTierLocked(shard, e, m.to, *m.dst, /*keep_backup=*/true);
         if (keep_old) SetBackupLocked(shard, e, m.old);
         m.reuses_backup = keep_old;  // tells the tail below not to free m.old

@@ -56,7 +56,7 @@ absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t 
     if (slot.ok() || !absl::IsResourceExhausted(slot.status())) return slot;
     if (evicted < max_evictions && EvictOne(t, 0, mode) > 0) continue;
     // The persistent tier's last resort: copies of pages also in RAM.
-    if (mode == EvictMode::kMayWrite && IsLastTier(t) && tier.persistent() &&
+    if (mode == EvictMode::kMayWrite && IsBackupTier(t) &&
         ReclaimBackups(bytes) > 0) {
       continue;
     }
@@ -138,8 +138,8 @@ absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint
 
 absl::StatusOr<std::optional<Slot>> TierManager::Impl::ReserveBackup(NamespaceId ns, size_t t,
                                                                      uint64_t bytes) {
-  const size_t last = tiers.size() - 1;
-  if (!config.write_through || t == last || !HasPersistentLastTier()) return std::nullopt;
+  const size_t last = backup_tier;
+  if (!config.write_through || !HasBackupTier() || t >= last) return std::nullopt;
   absl::StatusOr<Slot> slot = ChargeAndAllocate(ns, last, bytes, EvictMode::kCleanOnly);
   if (!slot.ok()) {
     KickEvictor(last);
@@ -152,7 +152,7 @@ absl::StatusOr<std::optional<Slot>> TierManager::Impl::ReserveBackup(NamespaceId
 
 void TierManager::Impl::FreeBackup(PageEntry* e) {
   if (!e->clean()) return;
-  ReleaseSlot(tiers.size() - 1, e->ns, e->backup, MetaOf(e));
+  ReleaseSlot(backup_tier, e->ns, e->backup, MetaOf(e));
   e->flags &= ~PageEntry::kHasBackup;
 }
 
@@ -272,7 +272,7 @@ void Reservation::Release() {
   // No record points at these slots: CommitAll writes records only for
   // reservations it publishes.
   if (has_backup_) {
-    mgr_->impl_->FreeSlot(mgr_->impl_->tiers.size() - 1, ns_, backup_);
+    mgr_->impl_->FreeSlot(mgr_->impl_->backup_tier, ns_, backup_);
     has_backup_ = false;
   }
   mgr_->impl_->FreeSlot(tier_index_, ns_, slot_);
@@ -292,7 +292,7 @@ absl::Status Reservation::Fill(const void* src) {
   if (auto s = tier.Write(slot_, 0, src, bytes_); !s.ok()) return s;
   if (tier.persistent() || has_backup_) checksum_ = XXH3_64bits(src, bytes_);
   if (has_backup_) {
-    Tier& last = *mgr_->impl_->tiers.back()->tier;
+    Tier& last = *mgr_->impl_->tiers[mgr_->impl_->backup_tier]->tier;
     if (auto s = last.Write(backup_, 0, src, bytes_); !s.ok()) return s;
   }
   filled_ = true;
@@ -320,7 +320,7 @@ Tier* Reservation::DurableTier(Slot* slot) const {
   }
   if (has_backup_) {
     *slot = backup_;  // write-through copy
-    return tiers.back()->tier.get();
+    return tiers[mgr_->impl_->backup_tier]->tier.get();
   }
   return nullptr;
 }

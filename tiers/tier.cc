@@ -14,6 +14,8 @@ std::string_view TierName(TierKind kind) {
       return "host";
     case TierKind::kNvme:
       return "nvme";
+    case TierKind::kRemote:
+      return "remote";
   }
   return "unknown";
 }

@@ -78,6 +78,14 @@ TierManager::Impl::Impl(const TierManagerConfig& c, std::vector<std::unique_ptr<
       break;
     }
   }
+  backup_tier = tiers.size();
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const Tier& tier = *tiers[i]->tier;
+    if (tier.persistent() && tier.kind() != TierKind::kRemote) {
+      backup_tier = i;
+      break;
+    }
+  }
 }
 
 TierManager::Impl::~Impl() {

@@ -50,6 +50,9 @@ struct TierManagerConfig {
   // rate for SSD wear). The rest are dropped and counted.
   enum class Admission { kAll, kReusedOnly };
   Admission persistent_admission = Admission::kAll;
+  // The same choice for pages NVMe evicts into a remote tier below it
+  // (--remote_admission); the rest leave the store.
+  Admission remote_admission = Admission::kAll;
   // Write-through: a PUT that lands in RAM also writes a copy to the
   // persistent tier before it is acknowledged, so a restart finds it; the
   // later demotion of that page is then free (its copy is already there).
@@ -366,6 +369,15 @@ class TierManager {
   // Counts leading keys present in `ns`; refreshes their recency tail-first so
   // a chain's ancestors stay more recent than its descendants.
   LookupResult Lookup(NamespaceId ns, absl::Span<const PageKey> keys);
+
+  // Cluster-wide lookup (shared_lookup.cc): looks for `keys` (a chain's
+  // keys past its local hits; `parent` is the key before them) in the
+  // shared remote tier, where other nodes store pages too, and adopts the
+  // leading ones found into the index as remote-tier pages of `bytes`. One
+  // existence check per cluster node touched: network I/O. Returns how
+  // many leading keys are present now (0 without a remote tier).
+  uint32_t AdoptShared(NamespaceId ns, absl::Span<const PageKey> keys, const PageKey& parent,
+                       uint64_t bytes);
 
   // Pins a page for reading and refreshes its recency; nullopt on a miss.
   // Counts a GET hit or miss for the namespace and tier.

@@ -81,6 +81,12 @@ struct TierManager::Impl {
   // n consecutive stamps; returns the first (the oldest).
   uint64_t NextStamps(uint64_t n) { return clock.fetch_add(n, std::memory_order_relaxed); }
   bool IsLastTier(size_t t) const { return t + 1 >= tiers.size(); }
+  // The tier holding RAM pages' durable copies (cleaning, write-through,
+  // flushes, inclusive promotion): the first persistent tier that is not a
+  // shared remote one (NVMe). A remote tier below it is an ordinary lower
+  // tier, never a backup. tiers.size() when there is none.
+  size_t backup_tier = 0;
+  bool IsBackupTier(size_t t) const { return t == backup_tier; }
 
   // Pins under the shard lock; Unpin returns true when the caller must free
   // the entry (it was detached and this was the last pin).
@@ -139,6 +145,12 @@ struct TierManager::Impl {
   // Whether a page leaving tier t may be written to tier t+1 (admission).
   bool Admit(const PageEntry* e, size_t t) const;
 
+  // Enters a page another node stored in shared tier t (shared_lookup.cc);
+  // false when its quota there refuses it (the slot is freed). A key
+  // present meanwhile keeps its entry (true).
+  bool AdoptEntry(NamespaceId ns, size_t t, const PageKey& key, const PageKey& parent,
+                  const Slot& slot);
+
   // Quotas (reservation.cc).
   bool TryCharge(NamespaceState& ns, size_t t, uint64_t bytes);
   void Uncharge(NamespaceId ns, size_t t, uint64_t bytes);
@@ -166,7 +178,7 @@ struct TierManager::Impl {
   // would promise durability it does not have).
   absl::StatusOr<std::optional<Slot>> ReserveBackup(NamespaceId ns, size_t t, uint64_t bytes);
   void FreeBackup(PageEntry* e);
-  bool HasPersistentLastTier() const { return tiers.back()->tier->persistent(); }
+  bool HasBackupTier() const { return backup_tier < tiers.size(); }
 
   // Reserves (reserve.cc). No other namespace's pressure takes a
   // namespace's bytes in a tier below its reserve there: tier-wide victim

@@ -78,7 +78,7 @@ def test_wrong_sizes_and_strings(client):
         client.put_inline(KEYS[:1], ["text"])
     with pytest.raises(ValueError, match="policy must be 'wait', 'best_effort' or 'timeout'"):
         client.get(KEYS[:1], 1, [0], policy="eventually")
-    with pytest.raises(ValueError, match="target must be 'hbm', 'host' or 'nvme'"):
+    with pytest.raises(ValueError, match="target must be 'hbm', 'host', 'nvme' or 'remote'"):
         client.prefetch(KEYS, target="disk")
     with pytest.raises(ValueError, match="tier must be"):
         client.evict(tier="ssd")

@@ -19,7 +19,8 @@ absl::StatusOr<TierKind> ParseTier(const std::string& name) {
   if (name == "hbm") return TierKind::kHbm;
   if (name == "host") return TierKind::kHost;
   if (name == "nvme") return TierKind::kNvme;
-  return absl::InvalidArgumentError("--tier=" + name + ": want hbm, host or nvme");
+  if (name == "remote") return TierKind::kRemote;
+  return absl::InvalidArgumentError("--tier=" + name + ": want hbm, host, nvme or remote");
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ class TenantsReply;
 
 namespace kvtier {
 
-enum class TierKind : uint8_t { kNone = 0, kHbm = 1, kHost = 2, kNvme = 3 };
+enum class TierKind : uint8_t { kNone = 0, kHbm = 1, kHost = 2, kNvme = 3, kRemote = 4 };
 absl::string_view TierKindName(TierKind t);
 
 struct ClientOptions {

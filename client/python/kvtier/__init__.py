@@ -24,7 +24,7 @@ from .client import Client, Region  # noqa: E402,F401
 from .keys import external_keys, KEY_BYTES  # noqa: E402,F401
 
 # Tier names as the calls return them (None is a miss).
-TIERS = ("hbm", "host", "nvme")
+TIERS = ("hbm", "host", "nvme", "remote")
 # GET policies: read every present page / only pages in RAM now / wait up to timeout_ms.
 GET_POLICIES = ("wait", "best_effort", "timeout")
 

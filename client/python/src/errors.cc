@@ -19,7 +19,8 @@ py::object TierObject(TierKind t) {
   // leaking avoids destroying Python objects after the interpreter is gone).
   static PyObject* const names[] = {PyUnicode_InternFromString("hbm"),
                                     PyUnicode_InternFromString("host"),
-                                    PyUnicode_InternFromString("nvme")};
+                                    PyUnicode_InternFromString("nvme"),
+                                    PyUnicode_InternFromString("remote")};
   switch (t) {
     case TierKind::kHbm:
       return py::reinterpret_borrow<py::object>(names[0]);
@@ -27,6 +28,8 @@ py::object TierObject(TierKind t) {
       return py::reinterpret_borrow<py::object>(names[1]);
     case TierKind::kNvme:
       return py::reinterpret_borrow<py::object>(names[2]);
+    case TierKind::kRemote:
+      return py::reinterpret_borrow<py::object>(names[3]);
     case TierKind::kNone:
       break;
   }
@@ -42,15 +45,18 @@ py::list TierList(const std::vector<TierKind>& tiers) {
 TierKind ParseTier(const py::handle& name, bool allow_none, const char* what) {
   if (name.is_none()) {
     if (allow_none) return TierKind::kNone;
-    throw py::value_error(absl::StrCat(what, " must be 'hbm', 'host' or 'nvme', not None"));
+    throw py::value_error(
+        absl::StrCat(what, " must be 'hbm', 'host', 'nvme' or 'remote', not None"));
   }
   if (!py::isinstance<py::str>(name))
-    throw py::type_error(absl::StrCat(what, " must be a str ('hbm', 'host' or 'nvme')"));
+    throw py::type_error(absl::StrCat(what, " must be a str ('hbm', 'host', 'nvme' or 'remote')"));
   std::string s = name.cast<std::string>();
   if (s == "hbm") return TierKind::kHbm;
   if (s == "host") return TierKind::kHost;
   if (s == "nvme") return TierKind::kNvme;
-  throw py::value_error(absl::StrCat(what, " must be 'hbm', 'host' or 'nvme', not '", s, "'"));
+  if (s == "remote") return TierKind::kRemote;
+  throw py::value_error(
+      absl::StrCat(what, " must be 'hbm', 'host', 'nvme' or 'remote', not '", s, "'"));
 }
 
 BufferId CheckedBufferId(int64_t id) {

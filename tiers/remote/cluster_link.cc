@@ -1,0 +1,69 @@
+// ClusterLink (cluster_link.h): lazy clients and the down state's backoff.
+#include "tiers/remote/cluster_link.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvtier::tiers::remote {
+
+ClusterLink::ClusterLink(const RemoteTierConfig& config)
+    : config_(config), backoff_(config.min_backoff) {}
+
+RedisCluster* ClusterLink::Acquire(Role role) {
+  const int r = static_cast<int>(role);
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  if (down_) {
+    if (now < retry_at_) return nullptr;
+    retry_at_ = now + backoff_;  // this call probes; the others keep skipping
+  }
+  if (clients_[r] != nullptr) return clients_[r].get();
+  if (creating_[r]) {
+    // Another call is connecting: wait for its outcome rather than count
+    // this call's pages as misses (bounded by the connect timeouts).
+    mu_.Await(absl::Condition(
+        +[](bool* creating) { return !*creating; }, &creating_[r]));
+    return clients_[r].get();  // nullptr when that attempt failed
+  }
+  creating_[r] = true;
+  mu_.Unlock();
+  absl::StatusOr<std::unique_ptr<RedisCluster>> made = RedisCluster::Create(config_.cluster);
+  mu_.Lock();
+  creating_[r] = false;
+  if (!made.ok()) {
+    MarkDownLocked();
+    return nullptr;
+  }
+  clients_[r] = *std::move(made);
+  return clients_[r].get();
+}
+
+void ClusterLink::Report(bool reachable) {
+  absl::MutexLock lock(&mu_);
+  if (reachable) {
+    down_ = false;
+    down_flag_.store(false, std::memory_order_relaxed);
+    backoff_ = config_.min_backoff;
+    return;
+  }
+  MarkDownLocked();
+}
+
+void ClusterLink::MarkDownLocked() {
+  if (!down_) {
+    down_events_.fetch_add(1, std::memory_order_relaxed);
+    backoff_ = config_.min_backoff;
+  } else {
+    backoff_ = std::min(backoff_ * 2, config_.max_backoff);
+  }
+  down_ = true;
+  down_flag_.store(true, std::memory_order_relaxed);
+  retry_at_ = absl::Now() + backoff_;
+}
+
+bool ClusterUnreachable(size_t failed_unavailable, size_t keys, uint64_t refresh_failures_before,
+                        uint64_t refresh_failures_after) {
+  return keys > 0 && failed_unavailable == keys && refresh_failures_after > refresh_failures_before;
+}
+
+}  // namespace kvtier::tiers::remote
