@@ -15,8 +15,14 @@
 #include "kvtier/cli.h"
 #include "kvtier/decoder/session.h"
 
-ABSL_FLAG(std::string, model, "", "checkpoint directory (config.json + *.safetensors)");
-ABSL_FLAG(std::string, size, "tiny", "without --model: random weights of this size (tiny, 124m)");
+ABSL_FLAG(std::string, model, "",
+          "checkpoint directory (config.json + *.safetensors), or llama3-8b-random (= --size=llama3-8b)");
+ABSL_FLAG(std::string, size, "tiny",
+          "without --model: random weights of this size (tiny, 124m; llama3-8b: on the GPU only, "
+          "generated there from --weight_seed)");
+ABSL_FLAG(std::string, device, "cpu", "where the forward pass runs: cpu, or cuda (weights and KV on the GPU)");
+ABSL_FLAG(std::string, gpu_weights, "bf16", "--device=cuda: weight dtype on the GPU (fp32, fp16, bf16)");
+ABSL_FLAG(int32_t, gpu, 0, "--device=cuda: CUDA device index");
 ABSL_FLAG(uint64_t, weight_seed, 1, "seed of the random weights");
 ABSL_FLAG(std::string, prompt, "", "prompt text (byte-level tokens)");
 ABSL_FLAG(std::string, prompt_file, "", "file whose bytes are the prompt");
@@ -107,7 +113,8 @@ int main(int argc, char** argv) {
       "runs the small decoder on a prompt, reusing the prompt's cached prefix pages through "
       "kvtierd when one answers (and storing the pages it computes); prints the new tokens, "
       "TTFT, tokens restored vs computed and decode speed. --runs=2 serves the prompt twice.\n"
-      "  kvtier-generate [--model=DIR | --size=tiny|124m] --prompt=TEXT [flags]");
+      "  kvtier-generate [--model=DIR | --size=tiny|124m] --prompt=TEXT [flags]\n"
+      "  kvtier-generate --device=cuda --model=llama3-8b-random --random_prompt_tokens=8192");
   auto prompt = Prompt();
   if (!prompt.ok()) return Fail(prompt.status());
   auto kv_dtype = kvtier::ParseDtype(absl::GetFlag(FLAGS_kv_dtype));
@@ -115,6 +122,17 @@ int main(int argc, char** argv) {
   kvtier::decoder::SessionOptions o;
   o.checkpoint_dir = absl::GetFlag(FLAGS_model);
   o.size = absl::GetFlag(FLAGS_size);
+  if (o.checkpoint_dir == "llama3-8b-random") {
+    o.checkpoint_dir.clear();
+    o.size = "llama3-8b";
+  }
+  auto device = kvtier::decoder::ParseDevice(absl::GetFlag(FLAGS_device));
+  if (!device.ok()) return Fail(device.status());
+  o.device = *device;
+  auto gpu_weights = kvtier::decoder::ParseGpuWeights(absl::GetFlag(FLAGS_gpu_weights));
+  if (!gpu_weights.ok()) return Fail(gpu_weights.status());
+  o.cuda.weights = *gpu_weights;
+  o.cuda.device = absl::GetFlag(FLAGS_gpu);
   o.weight_seed = absl::GetFlag(FLAGS_weight_seed);
   o.tokens_per_page = absl::GetFlag(FLAGS_tokens_per_page);
   o.kv_dtype = *kv_dtype;
@@ -136,6 +154,7 @@ int main(int argc, char** argv) {
                s.weights().config.num_attention_heads, s.weights().config.num_key_value_heads,
                s.weights().config.vocab_size, s.weights().ParameterCount() / 1e6,
                s.cache().layout().DebugString());
+  absl::PrintF("device: %s\n", s.model().device() ? s.model().device()->Describe() : "cpu");
   absl::PrintF("daemon: %s\n", s.store() ? "connected, prefix reuse on" : s.daemon_note());
   kvtier::decoder::GenerateOptions g;
   g.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);

@@ -40,7 +40,8 @@ void Generator::Publish(SeqId seq, absl::Span<const uint32_t> tokens, GenerateSt
 absl::Status Generator::Prefill(SeqId seq, absl::Span<const uint32_t> prompt, bool layerwise,
                                 GenerateStats* stats, std::vector<float>* logits) {
   PagedKvCache& cache = model_.cache();
-  if (store_ != nullptr && layerwise && cache.sliding_window() == 0)
+  // The daemon has no layer-wise GET into GPU buffers: whole pages there.
+  if (store_ != nullptr && layerwise && cache.sliding_window() == 0 && !cache.on_gpu())
     return PrefillLayerwise(seq, prompt, stats, logits);
   if (store_ != nullptr) {
     auto start = Clock::now();

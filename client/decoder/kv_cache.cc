@@ -21,13 +21,19 @@ absl::Status KvCacheOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCacheOptions& options) {
   RETURN_IF_ERROR(options.Validate());
   std::unique_ptr<PagedKvCache> c(new PagedKvCache(options));
-  ASSIGN_OR_RETURN(c->arena_, ShmBuffer::Create(kArenaHeaderBytes + uint64_t(options.num_pages) *
-                                                                     options.layout.PageBytes()));
-  // Touch the arena now so the first prefill (and the first GET into it)
-  // measures work, not page faults.
-  std::memset(c->arena_->data(), 0, c->arena_->size());
-  c->view_ = kernels::MakePagedKv(options.layout, c->arena_->data() + kArenaHeaderBytes,
-                                  options.num_pages);
+  const uint64_t bytes = kArenaHeaderBytes + uint64_t(options.num_pages) * options.layout.PageBytes();
+  uint8_t* base = nullptr;
+  if (options.on_gpu) {
+    ASSIGN_OR_RETURN(c->gpu_arena_, GpuArena::Create(bytes, ArenaKind::kCuda, options.gpu));
+    base = c->gpu_arena_->data();  // a device pointer; the CUDA backend clears it
+  } else {
+    ASSIGN_OR_RETURN(c->arena_, ShmBuffer::Create(bytes));
+    // Touch the arena now so the first prefill (and the first GET into it)
+    // measures work, not page faults.
+    std::memset(c->arena_->data(), 0, c->arena_->size());
+    base = c->arena_->data();
+  }
+  c->view_ = kernels::MakePagedKv(options.layout, base + kArenaHeaderBytes, options.num_pages);
   c->free_.reserve(options.num_pages);
   for (int32_t p = int32_t(options.num_pages) - 1; p >= 0; --p) c->free_.push_back(p);
   return c;

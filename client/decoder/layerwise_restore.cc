@@ -23,6 +23,8 @@ absl::StatusOr<std::unique_ptr<PendingRestore>> PrefixStore::StartRestore(
   if (cache_.sliding_window() != 0)
     return absl::FailedPreconditionError(
         "layer-wise restore: not with a sliding window (pages behind it are freed at once)");
+  if (cache_.on_gpu())  // the daemon answers FAILED_PRECONDITION (docs/PROTOCOL.md)
+    return absl::FailedPreconditionError("layer-wise restore: not available for GPU buffers yet");
   const auto start = Clock::now();
   ASSIGN_OR_RETURN(RestorePlan plan, Plan(seq, prompt));
   const uint32_t tpp = cache_.tokens_per_page();

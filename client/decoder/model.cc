@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "kvtier/decoder/device.h"
 #include "kvtier/kernels/attention.h"
 #include "kvtier/kernels/page_ops.h"
 #include "kvtier/status_macros.h"
@@ -31,8 +32,14 @@ Layout KvLayoutFor(const ModelConfig& c, uint32_t tokens_per_page, Dtype dtype) 
   return Layout{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, tokens_per_page, dtype};
 }
 
+Model::Model(const ModelWeights* w, PagedKvCache* cache, std::unique_ptr<DeviceForward> device)
+    : w_(*w), cache_(*cache), device_(std::move(device)) {}
+
+Model::~Model() = default;
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelWeights* weights,
-                                                     PagedKvCache* cache) {
+                                                     PagedKvCache* cache,
+                                                     std::unique_ptr<DeviceForward> device) {
   RETURN_IF_ERROR(weights->config.Validate());
   const ModelConfig& c = weights->config;
   const Layout& l = cache->layout();
@@ -41,7 +48,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Create(const ModelWeights* weights
                                                    " does not match the model (layers ",
                                                    c.num_hidden_layers, ", kv_heads ",
                                                    c.num_key_value_heads, ", head_dim ", c.head_dim, ")"));
-  return std::unique_ptr<Model>(new Model(weights, cache));
+  return std::unique_ptr<Model>(new Model(weights, cache, std::move(device)));
 }
 
 kernels::Workspace Model::Scratch(size_t bytes) {
@@ -73,8 +80,6 @@ absl::Status Model::CheckChunks(absl::Span<const ForwardChunk> chunks) {
 absl::Status Model::Forward(absl::Span<const ForwardChunk> chunks, std::vector<float>* logits,
                             bool all_logits, const LayerGate& gate) {
   RETURN_IF_ERROR(CheckChunks(chunks));
-  const ModelConfig& c = w_.config;
-  const int hidden = int(c.hidden_size);
   rows_ = 0;
   for (const ForwardChunk& ch : chunks) rows_ += int(ch.tokens.size());
   // Reserve first so an arena that is too small fails before any work.
@@ -89,24 +94,35 @@ absl::Status Model::Forward(absl::Span<const ForwardChunk> chunks, std::vector<f
   }
   positions_.clear();
   start_.clear();
-  x_.resize(size_t(rows_) * hidden);
-  float* x = x_.data();
   for (const ForwardChunk& ch : chunks) {
     start_.push_back(cache_.Length(ch.seq));
-    for (size_t i = 0; i < ch.tokens.size(); ++i) {
-      positions_.push_back(start_.back() + uint32_t(i));
-      std::memcpy(x, w_.embed.data() + size_t(ch.tokens[i]) * hidden, hidden * sizeof(float));
-      x += hidden;
-    }
+    for (size_t i = 0; i < ch.tokens.size(); ++i) positions_.push_back(start_.back() + uint32_t(i));
   }
-  for (uint32_t l = 0; l < c.num_hidden_layers; ++l) {
-    if (st = Layer(l, chunks, gate); !st.ok()) break;
-  }
-  if (!st.ok()) {
+  if (st = RunLayers(chunks, all_logits, gate, logits); !st.ok()) {
     for (const ForwardChunk& ch : chunks) (void)cache_.Truncate(ch.seq, cache_.Length(ch.seq));
     return st;
   }
   for (const ForwardChunk& ch : chunks) RETURN_IF_ERROR(cache_.Commit(ch.seq, uint32_t(ch.tokens.size())));
+  return absl::OkStatus();
+}
+
+absl::Status Model::RunLayers(absl::Span<const ForwardChunk> chunks, bool all_logits,
+                              const LayerGate& gate, std::vector<float>* logits) {
+  const ModelConfig& c = w_.config;
+  if (device_ != nullptr) {
+    // A device pass reads every layer's pages at its own pace: wait for all.
+    for (uint32_t l = 0; gate && l < c.num_hidden_layers; ++l) RETURN_IF_ERROR(gate(l));
+    return device_->Forward(chunks, start_, all_logits, logits);
+  }
+  const int hidden = int(c.hidden_size);
+  x_.resize(size_t(rows_) * hidden);
+  float* x = x_.data();
+  for (const ForwardChunk& ch : chunks)
+    for (uint32_t t : ch.tokens) {
+      std::memcpy(x, w_.embed.data() + size_t(t) * hidden, hidden * sizeof(float));
+      x += hidden;
+    }
+  for (uint32_t l = 0; l < c.num_hidden_layers; ++l) RETURN_IF_ERROR(Layer(l, chunks, gate));
   Logits(chunks, all_logits, logits);
   return absl::OkStatus();
 }

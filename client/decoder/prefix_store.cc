@@ -51,7 +51,13 @@ absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Connect(ClientOptions 
   if (options.client_name.empty()) options.client_name = "kvtier-decoder";
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
   std::unique_ptr<PrefixStore> s(new PrefixStore(std::move(client), cache, root));
-  ASSIGN_OR_RETURN(s->buffer_, s->client_->RegisterBuffer(cache->arena().name(), cache->arena().size()));
+  // Registered once; GETs land in the arena and PUTs read from it in place
+  // (for a GPU arena: the daemon's device copies, no host staging here).
+  if (cache->on_gpu()) {
+    ASSIGN_OR_RETURN(s->buffer_, cache->gpu_arena()->Register(*s->client_));
+  } else {
+    ASSIGN_OR_RETURN(s->buffer_, s->client_->RegisterBuffer(cache->arena().name(), cache->arena().size()));
+  }
   return s;
 }
 

@@ -1,4 +1,5 @@
-// Builds a DecoderSession: weights -> KV cache -> model -> daemon link.
+// Builds a DecoderSession: weights -> KV cache (host shm or GPU) -> model
+// (CPU, or the CUDA backend) -> daemon link.
 #include "kvtier/decoder/session.h"
 
 #include <filesystem>
@@ -10,36 +11,70 @@
 
 namespace kvtier::decoder {
 
+absl::Status DecoderSession::LoadWeights(const SessionOptions& o, CudaForwardOptions* cuda) {
+  cuda->seed = o.weight_seed;
+  if (!o.checkpoint_dir.empty()) {
+    ASSIGN_OR_RETURN(weights_, LoadCheckpoint(o.checkpoint_dir));
+    fingerprint_ = ModelFingerprint(*weights_);
+    return absl::OkStatus();
+  }
+  if (auto device_only = DeviceRandomConfig(o.size); device_only.ok()) {
+    if (o.device != DeviceKind::kCuda)
+      return absl::InvalidArgumentError(
+          absl::StrCat("size \"", o.size, "\" exists only as random weights on the GPU (--device=cuda)"));
+    weights_ = std::make_unique<ModelWeights>();  // the config only; tensors live on the device
+    weights_->config = *device_only;
+    cuda->random_on_device = true;
+    fingerprint_ = DeviceRandomFingerprint(weights_->config, o.weight_seed);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(ModelConfig config, NamedConfig(o.size));
+  weights_ = RandomWeights(config, o.weight_seed);
+  fingerprint_ = ModelFingerprint(*weights_);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<DecoderSession>> DecoderSession::Create(const SessionOptions& o) {
   std::unique_ptr<DecoderSession> s(new DecoderSession());
-  if (!o.checkpoint_dir.empty()) {
-    ASSIGN_OR_RETURN(s->weights_, LoadCheckpoint(o.checkpoint_dir));
-  } else {
-    ASSIGN_OR_RETURN(ModelConfig config, NamedConfig(o.size));
-    s->weights_ = RandomWeights(config, o.weight_seed);
-  }
+  const bool cuda = o.device == DeviceKind::kCuda;
+  if (cuda && !CudaDecoderBuilt())
+    return absl::FailedPreconditionError(
+        "--device=cuda: this build has no CUDA decoder (configure with -DKVTIER_CUDA=ON)");
+  CudaForwardOptions cuda_options = o.cuda;
+  RETURN_IF_ERROR(s->LoadWeights(o, &cuda_options));
   KvCacheOptions kv{KvLayoutFor(s->weights_->config, o.tokens_per_page, o.kv_dtype), o.kv_pages,
                     o.sliding_window.value_or(s->weights_->config.sliding_window)};
+  kv.on_gpu = cuda;
+  kv.gpu = cuda_options.device;
   ASSIGN_OR_RETURN(s->cache_, PagedKvCache::Create(kv));
-  ASSIGN_OR_RETURN(s->model_, Model::Create(s->weights_.get(), s->cache_.get()));
+  std::unique_ptr<DeviceForward> device;
+  if (cuda) {
+    ASSIGN_OR_RETURN(device, CreateCudaForward(*s->weights_, *s->cache_, cuda_options));
+  }
+  ASSIGN_OR_RETURN(s->model_, Model::Create(s->weights_.get(), s->cache_.get(), std::move(device)));
+  RETURN_IF_ERROR(s->Connect(o));
+  return s;
+}
+
+absl::Status DecoderSession::Connect(const SessionOptions& o) {
   if (!o.use_daemon) {
-    s->daemon_note_ = "daemon disabled (--no_daemon)";
-    return s;
+    daemon_note_ = "daemon disabled (--no_daemon)";
+    return absl::OkStatus();
   }
   // ZeroMQ connects lazily, so a missing ipc socket would only show up as a
   // HELLO timeout; check the path first to start at once without a daemon.
   const std::string endpoint = o.client.endpoint.empty() ? DefaultEndpoint() : o.client.endpoint;
   if (absl::StartsWith(endpoint, "ipc://") && !std::filesystem::exists(endpoint.substr(6))) {
-    s->daemon_note_ = absl::StrCat("no daemon (no socket at ", endpoint, "): running without reuse");
-    return s;
+    daemon_note_ = absl::StrCat("no daemon (no socket at ", endpoint, "): running without reuse");
+    return absl::OkStatus();
   }
-  auto store = PrefixStore::Connect(o.client, s->cache_.get(), ModelFingerprint(*s->weights_));
+  auto store = PrefixStore::Connect(o.client, cache_.get(), fingerprint_);
   if (store.ok()) {
-    s->store_ = *std::move(store);
+    store_ = *std::move(store);
   } else {
-    s->daemon_note_ = absl::StrCat("no daemon (", store.status().message(), "): running without reuse");
+    daemon_note_ = absl::StrCat("no daemon (", store.status().message(), "): running without reuse");
   }
-  return s;
+  return absl::OkStatus();
 }
 
 }  // namespace kvtier::decoder

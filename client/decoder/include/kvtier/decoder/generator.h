@@ -25,11 +25,14 @@ struct GenerateOptions {
   bool keep_logits = false;  // return the logits behind every new token
   // Restore the prefix with the daemon's layer-wise GET, so the prefill of
   // the remaining tokens computes layer l while later layers are still being
-  // copied (same output either way). Off by default: measured with
-  // kvtier-decoder-bench --mode=layerwise (124m, 8,192 tokens, 2-core CPU) it
-  // won 1.33x on TTFT from host RAM but lost 0.61x from NVMe, where the
-  // daemon reads and verifies every page, one by one, before layer 0.
-  // Ignored with a sliding window.
+  // copied (same output either way). Off by default, though measured with
+  // kvtier-decoder-bench --mode=layerwise (124m, 8,192 tokens, 2-core CPU)
+  // it now wins from NVMe (TTFT 0.36x whole-page: the daemon reads and
+  // verifies layer by layer) and from host RAM (1.39x better at one load,
+  // 0.93x at another: it depends on how the copy compares with the compute
+  // it overlaps; docs/BENCHMARKS.md).
+  // Ignored with a sliding window and with a KV arena on the GPU (the
+  // daemon has no layer-wise GET into GPU buffers yet).
   bool layerwise_restore = false;
 };
 

@@ -1,6 +1,6 @@
 // PagedKvCache: the decoder's KV cache. One arena of pages in POSIX shared
-// memory (so kvtierd can GET/PUT pages in place once it is registered), laid
-// out exactly as kvtier::Layout describes a daemon page. Each sequence owns a
+// memory (so kvtierd can GET/PUT pages in place once it is registered), or
+// in CUDA memory shared with kvtierd by IPC handle (on_gpu), laid out as kvtier::Layout describes a daemon page. Each sequence owns a
 // block table of page indices; pages come from a free list.
 //
 // Thread-safety: not thread-safe; one decoder thread drives it.
@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "kvtier/gpu_arena.h"
 #include "kvtier/kernels/paged_kv.h"
 #include "kvtier/layout.h"
 #include "kvtier/shm_buffer.h"
@@ -30,6 +31,10 @@ struct KvCacheOptions {
   // 0: full attention. Else each query sees its last `sliding_window`
   // positions, and pages wholly behind that window are freed.
   uint32_t sliding_window = 0;
+  // The arena in GPU memory (GpuArena, CUDA device `gpu`) for the CUDA
+  // decoder; FailedPrecondition from Create without a usable device.
+  bool on_gpu = false;
+  int gpu = 0;
 
   absl::Status Validate() const;
 };
@@ -43,8 +48,12 @@ class PagedKvCache {
   uint32_t sliding_window() const { return options_.sliding_window; }
   uint32_t num_pages() const { return options_.num_pages; }
   uint32_t free_pages() const { return uint32_t(free_.size()); }
-  // The whole registered region: a header of kArenaHeaderBytes, then the pages.
+  // The whole registered region: a header of kArenaHeaderBytes, then the
+  // pages. arena() is the shared-memory one (not on_gpu()); gpu_arena() the
+  // GPU one (on_gpu()).
   ShmBuffer& arena() { return *arena_; }
+  bool on_gpu() const { return gpu_arena_ != nullptr; }
+  GpuArena* gpu_arena() { return gpu_arena_.get(); }
   uint64_t PageOffset(int32_t page) const {
     return kArenaHeaderBytes + uint64_t(page) * options_.layout.PageBytes();
   }
@@ -108,6 +117,7 @@ class PagedKvCache {
 
   KvCacheOptions options_;
   std::unique_ptr<ShmBuffer> arena_;
+  std::unique_ptr<GpuArena> gpu_arena_;
   kernels::PagedKv view_;
   std::vector<int32_t> free_;  // a stack: recently freed pages are reused first
   absl::flat_hash_map<SeqId, Sequence> seqs_;

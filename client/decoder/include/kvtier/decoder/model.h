@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,27 +36,52 @@ using LayerGate = std::function<absl::Status(uint32_t layer)>;
 // of every layer's K and V.
 Layout KvLayoutFor(const ModelConfig& config, uint32_t tokens_per_page, Dtype dtype);
 
+// A forward pass on a device (device.h makes the CUDA one). Model::Forward has reserved the pages of every
+// chunk's sequence before calling it and commits them after an OK return.
+// Not thread-safe (one decoder thread).
+class DeviceForward {
+ public:
+  virtual ~DeviceForward() = default;
+  // `start[i]`: tokens already cached for chunks[i]'s sequence. Writes logits
+  // exactly as Model::Forward documents ([chunks][vocab], or with
+  // `all_logits` [total tokens][vocab]), into host memory.
+  virtual absl::Status Forward(absl::Span<const ForwardChunk> chunks,
+                               absl::Span<const uint32_t> start, bool all_logits,
+                               std::vector<float>* logits) = 0;
+  // e.g. "cuda:0 NVIDIA H200, weights bf16, cuBLAS".
+  virtual std::string Describe() const = 0;
+};
+
 class Model {
  public:
   // `weights` and `cache` are borrowed and must outlive the model; the
   // cache's layout must match the model (layers, KV heads, head_dim).
+  // With `device`, Forward runs its layers there (device.h); the cache
+  // bookkeeping stays here.
   static absl::StatusOr<std::unique_ptr<Model>> Create(const ModelWeights* weights,
-                                                      PagedKvCache* cache);
+                                                      PagedKvCache* cache,
+                                                      std::unique_ptr<DeviceForward> device = nullptr);
+  ~Model();
 
   const ModelConfig& config() const { return w_.config; }
   PagedKvCache& cache() { return cache_; }
+  // The device backend; null on the CPU path.
+  DeviceForward* device() const { return device_.get(); }
 
   // Appends each chunk's tokens to its sequence: computes their K/V into the
   // cache (positions continue after the cached tokens) and writes logits to
   // `logits`: [chunks][vocab] for each chunk's last token, or with
   // `all_logits` [total tokens][vocab] in chunk order. A sequence may appear
   // in at most one chunk. On error the cache lengths are unchanged. `gate`,
-  // when set, runs before each layer's use of the cache.
+  // when set, runs before each layer's use of the cache (on a device: for
+  // every layer before the pass).
   absl::Status Forward(absl::Span<const ForwardChunk> chunks, std::vector<float>* logits,
                        bool all_logits = false, const LayerGate& gate = nullptr);
 
  private:
-  Model(const ModelWeights* w, PagedKvCache* cache) : w_(*w), cache_(*cache) {}
+  Model(const ModelWeights* w, PagedKvCache* cache, std::unique_ptr<DeviceForward> device);
+  absl::Status RunLayers(absl::Span<const ForwardChunk> chunks, bool all_logits,
+                         const LayerGate& gate, std::vector<float>* logits);
   absl::Status CheckChunks(absl::Span<const ForwardChunk> chunks);
   absl::Status Layer(uint32_t l, absl::Span<const ForwardChunk> chunks, const LayerGate& gate);
   absl::Status Attention(uint32_t l, absl::Span<const ForwardChunk> chunks);
@@ -66,6 +92,7 @@ class Model {
 
   const ModelWeights& w_;
   PagedKvCache& cache_;
+  std::unique_ptr<DeviceForward> device_;
   // Per-call scratch, reused across calls: [tokens][...] rows.
   int rows_ = 0;
   std::vector<uint32_t> positions_;  // of every token

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "kvtier/client.h"
+#include "kvtier/decoder/device.h"
 #include "kvtier/decoder/generator.h"
 #include "kvtier/decoder/kv_cache.h"
 #include "kvtier/decoder/model.h"
@@ -23,6 +24,7 @@ namespace kvtier::decoder {
 struct SessionOptions {
   std::string checkpoint_dir;   // non-empty: load it
   std::string size = "tiny";    // else random weights of this named size
+                                // (device-only sizes, e.g. "llama3-8b", need kCuda)
   uint64_t weight_seed = 1;
   uint32_t tokens_per_page = 256;
   Dtype kv_dtype = Dtype::kFp16;
@@ -30,6 +32,10 @@ struct SessionOptions {
   // The attention window; unset: the checkpoint's config (sliding_window).
   std::optional<uint32_t> sliding_window;
   bool use_daemon = true;
+  // kCuda: weights, activations and the KV arena on the GPU (device.h); the
+  // arena is registered with kvtierd by CUDA IPC.
+  DeviceKind device = DeviceKind::kCpu;
+  CudaForwardOptions cuda;      // its seed and random_on_device are set here
   ClientOptions client;         // endpoint/tenant/token; the layout is filled in
 };
 
@@ -38,6 +44,9 @@ class DecoderSession {
   // Fails on bad weights or cache options. A daemon that does not answer is
   // not an error: store() is then null and daemon_note() says why.
   static absl::StatusOr<std::unique_ptr<DecoderSession>> Create(const SessionOptions& options);
+
+  // The root of the page keys (ModelFingerprint, or DeviceRandomFingerprint).
+  const PageKey& fingerprint() const { return fingerprint_; }
 
   ModelWeights& weights() { return *weights_; }
   PagedKvCache& cache() { return *cache_; }
@@ -48,11 +57,14 @@ class DecoderSession {
 
  private:
   DecoderSession() = default;
+  absl::Status LoadWeights(const SessionOptions& o, CudaForwardOptions* cuda);
+  absl::Status Connect(const SessionOptions& o);
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<PagedKvCache> cache_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<PrefixStore> store_;
   std::string daemon_note_;
+  PageKey fingerprint_;
 };
 
 }  // namespace kvtier::decoder
