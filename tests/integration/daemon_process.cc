@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -271,6 +272,20 @@ std::string PatternPage(const PageKey& key, uint64_t bytes) {
   std::string page(bytes, '\0');
   tools::FillPattern(key, reinterpret_cast<uint8_t*>(page.data()), bytes);
   return page;
+}
+
+bool CorruptOnDisk(const std::string& data_file, const std::string& page, off_t offset) {
+  const int fd = open(data_file.c_str(), O_RDWR);
+  if (fd < 0) return false;
+  std::vector<char> block(4096);
+  bool done = false;
+  for (off_t at = 0; !done && pread(fd, block.data(), block.size(), at) == 4096; at += 4096) {
+    if (std::memcmp(block.data(), page.data(), block.size()) != 0) continue;
+    std::vector<char> junk(4096, '\x5a');
+    done = pwrite(fd, junk.data(), junk.size(), at + offset) == 4096 && fdatasync(fd) == 0;
+  }
+  close(fd);
+  return done;
 }
 
 std::string SaltedPage(const PageKey& key, uint64_t bytes, uint8_t salt) {

@@ -125,4 +125,9 @@ std::string PatternPage(const PageKey& key, uint64_t bytes);
 // Salted variant: same key, different bytes (another tenant's copy).
 std::string SaltedPage(const PageKey& key, uint64_t bytes, uint8_t salt);
 
+// Overwrites 4 KiB at `offset` (block-aligned) in the page whose bytes are
+// `page` in an NVMe data file (found by content: slots are 4 KiB-aligned),
+// and syncs. False when the page is not there.
+bool CorruptOnDisk(const std::string& data_file, const std::string& page, off_t offset = 0);
+
 }  // namespace kvtier::itest

@@ -19,23 +19,6 @@ namespace {
 constexpr uint64_t kPage = kSmallPageBytes;
 constexpr size_t kPages = 32;
 
-// Overwrites 4 KiB at `offset` (block-aligned) in the page whose bytes are
-// `page` in the NVMe data file (found by content: slots are 4 KiB-aligned).
-// False when absent.
-bool CorruptOnDisk(const std::string& data_file, const std::string& page, off_t offset = 0) {
-  const int fd = open(data_file.c_str(), O_RDWR);
-  if (fd < 0) return false;
-  std::vector<char> block(4096);
-  bool done = false;
-  for (off_t at = 0; !done && pread(fd, block.data(), block.size(), at) == 4096; at += 4096) {
-    if (std::memcmp(block.data(), page.data(), block.size()) != 0) continue;
-    std::vector<char> junk(4096, '\x5a');
-    done = pwrite(fd, junk.data(), junk.size(), at + offset) == 4096 && fdatasync(fd) == 0;
-  }
-  close(fd);
-  return done;
-}
-
 class DeepReadsTest : public DaemonTest {
  protected:
   DaemonOptions DaemonOpts() const override {
