@@ -110,8 +110,9 @@ class LayerCopy final : public tiers::LayerSink {
     delivered_ = l + 1;
     absl::MutexLock lock(&job_.progress_mu);
     ++job_.parts_done[l];
-    uint32_t& n = job_.published;
-    while (n < job_.layers && job_.parts_done[n] == job_.parts) ++n;
+    while (job_.published < job_.layers && job_.parts_done[job_.published] == job_.parts)
+      ++job_.published;
+    const uint32_t n = job_.published;
     Guard([&] { progress_.store(n, std::memory_order_release); });
   }
   void PageFailed(size_t i, absl::Status why) override {
