@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/remote/cluster_fixture.h"
+#include "tests/remote/remote_test_env.h"
 #include "tiers/remote/crc16.h"
 
 namespace kvtier::tiers::remote {
@@ -19,34 +20,12 @@ namespace {
 
 using testing::LoopbackCluster;
 
-LoopbackCluster* g_cluster = nullptr;
-
-class ClusterEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (!testing::RedisInstalled()) return;
-    auto cluster = LoopbackCluster::Start();
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = std::move(*cluster);
-    g_cluster = cluster_.get();
-  }
-  void TearDown() override {
-    g_cluster = nullptr;
-    cluster_.reset();
-  }
-
- private:
-  std::unique_ptr<LoopbackCluster> cluster_;
-};
-
-const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
-
 class RedisClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!testing::RedisInstalled()) GTEST_SKIP() << "redis-server not installed";
-    ASSERT_NE(g_cluster, nullptr);
-    auto client = RedisCluster::Create(g_cluster->Config());
+    ASSERT_NE(testing::SharedCluster(), nullptr);
+    auto client = RedisCluster::Create(testing::SharedCluster()->Config());
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
   }
@@ -129,7 +108,7 @@ TEST_F(RedisClusterTest, TtlExpires) {
 
 // Admin helpers for the migration test.
 void ExpectOk(const std::string& node, const std::vector<std::string>& argv) {
-  auto reply = g_cluster->Admin(node, argv);
+  auto reply = testing::SharedCluster()->Admin(node, argv);
   ASSERT_TRUE(reply.ok()) << reply.status();
   ASSERT_NE((*reply)->type, REDIS_REPLY_ERROR) << node << ": " << (*reply)->str;
 }
@@ -190,11 +169,11 @@ TEST_F(RedisClusterTest, FollowsAskDuringMigrationAndMovedAfter) {
 }
 
 TEST_F(RedisClusterTest, AclUserPerTenant) {
-  ASSERT_TRUE(g_cluster
+  ASSERT_TRUE(testing::SharedCluster()
                   ->OnAllNodes({"ACL", "SETUSER", "tenant1", "on", ">s3cret", "~t1:*", "+@all",
                                 "-@dangerous", "+cluster|slots", "+asking"})
                   .ok());
-  RedisClusterConfig config = g_cluster->Config();
+  RedisClusterConfig config = testing::SharedCluster()->Config();
   config.user = "tenant1";
   config.password = "wrong";
   auto denied = RedisCluster::Create(config);

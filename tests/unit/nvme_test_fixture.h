@@ -119,6 +119,17 @@ class NvmeTierTest : public ::testing::Test {
 
   TierSnapshot Snap(size_t t) { return mgr_->Snapshot().tiers[t]; }
 
+  // Read pins of tenant "a"'s pages 0..n-1 (all must be present).
+  std::vector<PagePin> PinAll(uint64_t n) {
+    std::vector<PagePin> pins(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      auto pin = mgr_->PinForRead(ns_["a"], Key(i));
+      EXPECT_TRUE(pin.has_value()) << i;
+      if (pin) pins[i] = *std::move(pin);
+    }
+    return pins;
+  }
+
   std::filesystem::path dir_;
   std::unique_ptr<TierManager> mgr_;
   std::map<std::string, NamespaceId> ns_;

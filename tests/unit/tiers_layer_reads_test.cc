@@ -120,16 +120,6 @@ class LayerReadsTest : public NvmeTierTest {
     ASSERT_EQ(mgr_->Snapshot().tiers[0].pages, 0u);
   }
 
-  std::vector<PagePin> PinAll(uint64_t n) {
-    std::vector<PagePin> pins(n);
-    for (uint64_t i = 0; i < n; ++i) {
-      auto pin = mgr_->PinForRead(ns_["a"], Key(i));
-      EXPECT_TRUE(pin.has_value()) << i;
-      if (pin) pins[i] = *std::move(pin);
-    }
-    return pins;
-  }
-
   LayerReadStats Read(std::vector<PagePin>& pins, RecordingSink& sink) {
     return mgr_->ReadLayers(absl::MakeSpan(pins), g_.layer_bytes, g_.layers, ReadOptions{}, sink);
   }

@@ -97,16 +97,6 @@ class ReadBatchTest : public NvmeFaultTest {
     ASSERT_EQ(Snap(0).pages, 0u);
   }
 
-  std::vector<PagePin> PinAll(uint64_t n) {
-    std::vector<PagePin> pins(n);
-    for (uint64_t i = 0; i < n; ++i) {
-      auto pin = mgr_->PinForRead(ns_["a"], Key(i));
-      EXPECT_TRUE(pin.has_value()) << i;
-      if (pin) pins[i] = *std::move(pin);
-    }
-    return pins;
-  }
-
   // What ReadPages handed over, per page: bytes copied, or the status.
   struct Got {
     int calls = 0;
