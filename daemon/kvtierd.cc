@@ -44,7 +44,7 @@ ABSL_FLAG(std::string, prefetch_max_pinned, "0", "bytes prefetch may hold pinned
 ABSL_FLAG(std::string, nvme_admission, "all", "which host evictions are written to NVMe: all, or reused (pages read or PUT again since stored)");
 ABSL_FLAG(std::string, remote_seeds, "", "remote tier below NVMe: host:port of Redis Cluster nodes, comma-separated (any nodes of the cluster; loopback in tests); empty: no remote tier");
 ABSL_FLAG(std::string, remote_bytes, "64GiB", "bytes of pages this daemon keeps in the remote tier (its oldest leave, and are deleted, above it)");
-ABSL_FLAG(std::string, remote_admission, "all", "which NVMe evictions are written to the remote tier: all, or reused (pages read or PUT again since stored)");
+ABSL_FLAG(std::string, remote_admission, "all", "which pages enter the remote tier: all (every NVMe eviction), reused (NVMe evictions read or PUT again since stored), or put (write-through: every PUT's page, at once; NVMe evictions are then dropped)");
 ABSL_FLAG(int, remote_connect_timeout_ms, 500, "remote tier: connect timeout per node");
 ABSL_FLAG(int, remote_command_timeout_ms, 2000, "remote tier: bound on each socket read/write of a batch");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
@@ -104,7 +104,8 @@ absl::Status RemoteFromFlags(kvtier::daemon::DaemonConfig& c) {
   const std::string admission = absl::GetFlag(FLAGS_remote_admission);
   if (admission == "all") c.store.remote_admission = Admission::kAll;
   else if (admission == "reused") c.store.remote_admission = Admission::kReusedOnly;
-  else return absl::InvalidArgumentError("--remote_admission must be all or reused");
+  else if (admission == "put") c.store.remote_admission = Admission::kOnPut;
+  else return absl::InvalidArgumentError("--remote_admission must be all, reused or put");
   return absl::OkStatus();
 }
 

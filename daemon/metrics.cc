@@ -62,6 +62,8 @@ const std::vector<TierFamily>& TierFamilies() {
       {"kvtier_tier_io_errors_total", "counter", "Failed device I/Os (NVMe).", [](const T& t) { return t.io.io_errors; }},
       {"kvtier_tier_down", "gauge", "1 while the tier's backing is unreachable (remote: the cluster; retried with backoff).", [](const T& t) { return t.io.down; }},
       {"kvtier_tier_corrupt_reads_total", "counter", "Remote values that failed their record checks (served as misses).", [](const T& t) { return t.io.corrupt_reads; }},
+      {"kvtier_tier_published_total", "counter", "Remote write-through copies stored on PUT.", [](const T& t) { return t.io.published; }},
+      {"kvtier_tier_publish_drops_total", "counter", "Remote write-through copies not stored (queue full, cluster down).", [](const T& t) { return t.io.publish_drops; }},
       {"kvtier_tier_recovered_pages", "gauge", "Pages recovered from the persistent index at start.", [](const T& t) { return t.io.recovered_pages; }},
       {"kvtier_tier_clean_pages", "gauge", "Pages in the tier that also have a durable copy on NVMe.", [](const T& t) { return t.clean_pages; }},
       {"kvtier_tier_cleaned_total", "counter", "Pages written back ahead of need by the cleaner.", [](const T& t) { return t.cleaned; }},

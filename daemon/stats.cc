@@ -40,6 +40,8 @@ void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
   out->set_down_events(t.io.down_events);
   out->set_corrupt_reads(t.io.corrupt_reads);
   out->set_missing_reads(t.io.missing_reads);
+  out->set_published(t.io.published);
+  out->set_publish_drops(t.io.publish_drops);
   if (t.io.class_ios[0] + t.io.class_ios[1] + t.io.class_ios[2] == 0) return;
   for (size_t c = 0; c < tiers::kIoClasses; ++c) {
     wire::IoClassStats* k = out->add_io_classes();

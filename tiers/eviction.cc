@@ -232,6 +232,8 @@ bool TierManager::Impl::Admit(const PageEntry* e, size_t t) const {
                                                      ? config.remote_admission
                                                      : config.persistent_admission;
   if (admission == TierManagerConfig::Admission::kAll) return true;
+  // Written through on PUT: the cluster holds the page already.
+  if (admission == TierManagerConfig::Admission::kOnPut) return false;
   if (e->clean() && IsBackupTier(t + 1)) return true;  // already durable there
   if (!below.persistent()) return true;
   return e->flags & PageEntry::kReused;

@@ -226,8 +226,8 @@ bool TierManager::Impl::FinishMove(PageMove& m) {
       case MoveKind::kPromote: {
         // Inclusive NVMe: a page promoted from the backup tier keeps its
         // copy there, clean, so it survives a restart and its next demotion
-        // writes nothing. (From a remote tier the copy goes: a backup lives
-        // on NVMe only.)
+        // writes nothing. (From a remote tier this node lets go of the copy:
+        // a backup lives on NVMe only; the record stays, see below.)
         const bool keep_old = IsBackupTier(m.from);
         SwitchTierLocked(shard, e, m.to, *m.dst, /*keep_backup=*/true);
         if (keep_old) SetBackupLocked(shard, e, m.old);
@@ -241,7 +241,11 @@ bool TierManager::Impl::FinishMove(PageMove& m) {
         break;
     }
     shard.mu.Unlock();
-    if (m.kind != MoveKind::kClean && !(m.kind == MoveKind::kPromote && m.reuses_backup)) {
+    if (m.kind == MoveKind::kPromote && IsSharedTier(m.from)) {
+      // The record stays in the cluster for the other nodes (the slot goes,
+      // and with it this node's claim on the record).
+      FreeSlot(m.from, ns, m.old);
+    } else if (m.kind != MoveKind::kClean && !(m.kind == MoveKind::kPromote && m.reuses_backup)) {
       ReleaseSlot(m.from, ns, m.old, PageMeta{});  // a RAM slot (or a corrupt disk one)
     }
     TierState& from = *tiers[m.from];

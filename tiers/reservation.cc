@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "kvtier/test_hooks.h"
 #include "tiers/tier_manager.h"
+#include "tiers/shared_tier.h"
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
@@ -295,8 +296,24 @@ absl::Status Reservation::Fill(const void* src) {
     Tier& last = *mgr_->impl_->tiers[mgr_->impl_->backup_tier]->tier;
     if (auto s = last.Write(backup_, 0, src, bytes_); !s.ok()) return s;
   }
+  PublishRemote(src);
   filled_ = true;
   return absl::OkStatus();
+}
+
+// Published when filled, before the commit: a page whose commit then fails
+// is still the page its key names (keys are prefix hashes), so the record
+// is right either way, and publishing here needs no second read of a page
+// that landed on NVMe.
+void Reservation::PublishRemote(const void* bytes) const {
+  const TierManager::Impl& m = *mgr_->impl_;
+  if (m.config.remote_admission != TierManagerConfig::Admission::kOnPut) return;
+  const int t = mgr_->TierIndex(TierKind::kRemote);
+  if (t < 0) return;
+  auto* shared = dynamic_cast<SharedTier*>(m.tiers[t]->tier.get());
+  const NamespaceState* state = m.Ns(ns_);
+  if (shared == nullptr || state == nullptr) return;
+  shared->Publish(state->name, key_, parent_, bytes, bytes_);
 }
 
 bool Reservation::NeedsHostBytes() const {
@@ -308,6 +325,7 @@ absl::Status Reservation::MarkFilled() {
   if (NeedsHostBytes())
     return absl::FailedPreconditionError(
         "MarkFilled: this page needs a checksum or a write-through copy; use Fill");
+  PublishRemote(data());
   filled_ = true;
   return absl::OkStatus();
 }

@@ -26,6 +26,14 @@ class SharedTier {
   virtual std::vector<std::optional<Slot>> AdoptShared(absl::string_view ns,
                                                        absl::Span<const PageKey> keys,
                                                        uint64_t bytes) = 0;
+  // Write-through (--remote_admission=put): stores a copy of page `key` of
+  // `ns` (n bytes at `bytes`, copied before the call returns) in the shared
+  // backing, asynchronously, as a record this node does not own: no slot,
+  // nothing charged here; the backing's own eviction bounds it. False when
+  // the copy was not queued (the queue is full, or the backing is down):
+  // the page stays local only. Thread-safe.
+  virtual bool Publish(absl::string_view ns, const PageKey& key, const PageKey& parent,
+                       const void* bytes, uint64_t n) = 0;
 };
 
 }  // namespace kvtier::tiers

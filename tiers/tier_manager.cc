@@ -56,6 +56,8 @@ absl::Status TierManagerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("max_reserved_fraction ", max_reserved_fraction, " must be in [0, 1]"));
   }
+  if (persistent_admission == Admission::kOnPut)
+    return absl::InvalidArgumentError("write-through on PUT (kOnPut) is a remote admission only");
   return absl::OkStatus();
 }
 

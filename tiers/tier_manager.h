@@ -48,7 +48,11 @@ struct TierManagerConfig {
   // Which pages a host eviction writes to a persistent tier: all of them, or
   // only pages that were read or PUT again since they were stored (trades hit
   // rate for SSD wear). The rest are dropped and counted.
-  enum class Admission { kAll, kReusedOnly };
+  // kOnPut (remote tier only): write-through, every PUT's page is copied
+  // into the shared remote tier when it is filled (SharedTier::Publish), so
+  // other nodes find it at once; evictions into the remote tier are then
+  // dropped (the cluster has the page already).
+  enum class Admission { kAll, kReusedOnly, kOnPut };
   Admission persistent_admission = Admission::kAll;
   // The same choice for pages NVMe evicts into a remote tier below it
   // (--remote_admission); the rest leave the store.
@@ -182,6 +186,8 @@ class Reservation {
   void Publish();
   // The tier and slot of this page's durable copy, or nullptr when it has none.
   Tier* DurableTier(Slot* slot) const;
+  // Write-through into the shared remote tier (Admission::kOnPut).
+  void PublishRemote(const void* bytes) const;
   TierManager* mgr_ = nullptr;
   NamespaceId ns_ = 0;
   PageKey key_;

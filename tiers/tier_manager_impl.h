@@ -87,6 +87,8 @@ struct TierManager::Impl {
   // tier, never a backup. tiers.size() when there is none.
   size_t backup_tier = 0;
   bool IsBackupTier(size_t t) const { return t == backup_tier; }
+  // A tier other nodes share (remote): its records outlive this node's slots.
+  bool IsSharedTier(size_t t) const { return tiers[t]->tier->kind() == TierKind::kRemote; }
 
   // Pins under the shard lock; Unpin returns true when the caller must free
   // the entry (it was detached and this was the last pin).

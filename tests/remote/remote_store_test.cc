@@ -201,3 +201,100 @@ TEST_F(RemoteStoreTest, AnotherStoreAdoptsPagesFoundInTheCluster) {
 
 }  // namespace
 }  // namespace kvtier::tiers
+
+namespace kvtier::tiers {
+namespace {
+
+// Pipelined reads: a ReadPages of many remote pages (reads queued together,
+// fetched by the readers in batches) hands each page over byte-exact, and
+// a corrupt record in the middle is a miss for that page alone.
+TEST_F(RemoteStoreTest, ReadPagesOfRemotePagesIsByteExactAndACorruptOneMissesAlone) {
+  Open();
+  PutPages(500, 24);
+  DrainToRemote();
+  ASSERT_EQ(mgr_->Snapshot().tiers[kRemote].pages, 24u);
+  auto raw = remote::RedisCluster::Create(remote::testing::SharedCluster()->Config());
+  ASSERT_TRUE(raw.ok());
+  const std::string bad = remote::RecordKey(ns_name_, Key(510));
+  const std::string junk(kPage + 200, 'x');
+  ASSERT_TRUE((*raw)->MultiSet({remote::KeyValue{bad, junk}})[0].ok());
+  std::vector<PagePin> pins;
+  for (uint64_t i = 500; i < 524; ++i) pins.push_back(*mgr_->PinForRead(ns_, Key(i)));
+  ReadOptions o;
+  o.promote = false;
+  std::vector<int> seen(24, 0);
+  mgr_->ReadPages(absl::MakeSpan(pins), o, [&](size_t i, absl::StatusOr<const uint8_t*> p) {
+    ++seen[i];
+    if (i == 10) {
+      EXPECT_TRUE(absl::IsDataLoss(p.status())) << p.status();
+      return;
+    }
+    ASSERT_TRUE(p.ok()) << i << ": " << p.status();
+    EXPECT_EQ(std::vector<uint8_t>(*p, *p + kPage), Bytes(kPage, 500 + i)) << i;
+  });
+  EXPECT_EQ(seen, std::vector<int>(24, 1));
+  EXPECT_EQ(mgr_->Snapshot().tiers[kRemote].io.corrupt_reads, 1u);
+}
+
+// A page promoted out of the remote tier leaves its record for the other
+// nodes: B still adopts and reads it after A moved it up.
+TEST_F(RemoteStoreTest, PromotionFromRemoteKeepsTheRecordForOtherNodes) {
+  Open();
+  PutPages(600, 2);
+  DrainToRemote();
+  TierKind tier = TierKind::kHost;
+  auto got = Get(600, &tier);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(tier, TierKind::kRemote);
+  ASSERT_EQ(mgr_->Lookup(ns_, {Key(600)}).tiers[0], TierKind::kHost);  // promoted
+  std::filesystem::create_directories(dir_ / "b");
+  std::unique_ptr<TierManager> b = MakeStore((dir_ / "b").string(), testing::NoThreadConfig());
+  ASSERT_NE(b, nullptr);
+  const NamespaceId ns_b = AddNs(*b, ns_name_);
+  ASSERT_EQ(b->AdoptShared(ns_b, {Key(600)}, PageKey::Zero(), kPage), 1u);
+  std::optional<PagePin> pin = b->PinForRead(ns_b, Key(600));
+  ASSERT_TRUE(pin.has_value());
+  std::vector<uint8_t> bounce;
+  auto p = b->ReadPage(*pin, bounce, ReadOptions{});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(std::vector<uint8_t>(*p, *p + kPage), Bytes(kPage, 600));
+}
+
+// Write-through (--remote_admission=put): a PUT's page is in the cluster
+// at once (another node adopts it before A evicts anything), and NVMe
+// evictions are dropped instead of stored again.
+TEST_F(RemoteStoreTest, WriteThroughOnPutPublishesAndEvictionsAreNotStoredAgain) {
+  TierManagerConfig config = testing::NoThreadConfig();
+  config.remote_admission = TierManagerConfig::Admission::kOnPut;
+  Open(config);
+  PutPages(700, 4);
+  auto raw = remote::RedisCluster::Create(remote::testing::SharedCluster()->Config());
+  ASSERT_TRUE(raw.ok());
+  std::vector<std::string> names;
+  for (uint64_t i = 700; i < 704; ++i) names.push_back(remote::RecordKey(ns_name_, Key(i)));
+  // Published asynchronously: wait for the publisher (bounded).
+  for (int tries = 0; tries < 200; ++tries) {
+    if (mgr_->Snapshot().tiers[kRemote].io.published == 4) break;
+    usleep(10'000);
+  }
+  EXPECT_EQ(mgr_->Snapshot().tiers[kRemote].io.published, 4u);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto v = (*raw)->MultiGet(absl::MakeConstSpan(&names[i], 1));
+    ASSERT_TRUE(v[0].ok() && v[0]->has_value()) << names[i];
+    auto rec = remote::ParseExpected(**v[0], ns_name_, Key(700 + i), kPage);
+    ASSERT_TRUE(rec.ok()) << rec.status();
+    EXPECT_EQ(std::vector<uint8_t>(rec->body.begin(), rec->body.end()), Bytes(kPage, 700 + i));
+  }
+  DrainToRemote();
+  const TierSnapshot remote_tier = mgr_->Snapshot().tiers[kRemote];
+  EXPECT_EQ(remote_tier.pages, 0u);  // nothing stored twice
+  EXPECT_GE(mgr_->Snapshot().tiers[kNvme].admission_drops, 4u);
+  // A finds them again through the cluster, like any other node.
+  EXPECT_EQ(mgr_->AdoptShared(ns_, {Key(700), Key(701)}, PageKey::Zero(), kPage), 2u);
+  auto got = Get(701);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, Bytes(kPage, 701));
+}
+
+}  // namespace
+}  // namespace kvtier::tiers

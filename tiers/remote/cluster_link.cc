@@ -6,12 +6,16 @@
 
 namespace kvtier::tiers::remote {
 
-ClusterLink::ClusterLink(const RemoteTierConfig& config)
-    : config_(config), backoff_(config.min_backoff) {}
+ClusterLink::ClusterLink(const RemoteTierConfig& config, size_t channels)
+    : config_(config),
+      clients_(channels),
+      creating_(new bool[channels]()),
+      backoff_(config.min_backoff) {}
 
-RedisCluster* ClusterLink::Acquire(Role role) {
-  const int r = static_cast<int>(role);
+RedisCluster* ClusterLink::Acquire(size_t channel) {
+  const size_t r = channel;
   absl::MutexLock lock(&mu_);
+  if (r >= clients_.size()) return nullptr;
   const absl::Time now = absl::Now();
   if (down_) {
     if (now < retry_at_) return nullptr;

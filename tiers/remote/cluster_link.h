@@ -1,12 +1,14 @@
-// The remote tier's link to its cluster: two clients, created lazily (a
-// RedisCluster runs one batch at a time, so reads never queue behind the
-// evictor's writes), and the up/down state: once a call finds no node at
-// all, the tier is down and only one call per backoff period tries again.
+// The remote tier's link to its cluster: one client per channel, created
+// lazily (a RedisCluster runs one batch at a time, so reads never queue
+// behind the evictor's writes, and each pipelined reader has its own), and
+// the up/down state: once a call finds no node at all, the tier is down and
+// only one call per backoff period tries again.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -18,14 +20,16 @@ namespace kvtier::tiers::remote {
 
 class ClusterLink {
  public:
-  enum class Role { kRead = 0, kWrite = 1 };
-  explicit ClusterLink(const RemoteTierConfig& config);
+  // Channels: synchronous reads and existence checks, the evictor's
+  // writes, write-through publishing, then one per pipelined reader.
+  static constexpr size_t kRead = 0, kWrite = 1, kPublish = 2, kFirstReader = 3;
+  ClusterLink(const RemoteTierConfig& config, size_t channels);
 
-  // The client for `role`; nullptr while the cluster is down and no retry
-  // is due (the caller treats it as a miss). Never blocks on the network
-  // but to create a client, or to wait for another call creating it
-  // (bounded by the connect timeout per seed).
-  RedisCluster* Acquire(Role role) ABSL_LOCKS_EXCLUDED(mu_);
+  // The client of `channel` (< channels); nullptr while the cluster is down
+  // and no retry is due (the caller treats it as a miss). Never blocks on
+  // the network but to create a client, or to wait for another call
+  // creating it (bounded by the connect timeout per seed).
+  RedisCluster* Acquire(size_t channel) ABSL_LOCKS_EXCLUDED(mu_);
   // What a call on `client` found: the cluster `reachable` (some node
   // answered) or not. Thread-safe.
   void Report(bool reachable) ABSL_LOCKS_EXCLUDED(mu_);
@@ -39,8 +43,9 @@ class ClusterLink {
   const RemoteTierConfig config_;
   absl::Mutex mu_;
   // Created once, kept until the tier goes: callers use them unlocked.
-  std::unique_ptr<RedisCluster> clients_[2] ABSL_GUARDED_BY(mu_);
-  bool creating_[2] ABSL_GUARDED_BY(mu_) = {false, false};
+  std::vector<std::unique_ptr<RedisCluster>> clients_ ABSL_GUARDED_BY(mu_);
+  // Not vector<bool>: Await needs the address of one flag.
+  std::unique_ptr<bool[]> creating_ ABSL_GUARDED_BY(mu_);
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time retry_at_ ABSL_GUARDED_BY(mu_);
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_);

@@ -53,21 +53,33 @@ absl::StatusOr<std::unique_ptr<RedisCluster>> RedisCluster::Create(
 
 std::vector<absl::StatusOr<std::optional<std::string>>> RedisCluster::MultiGet(
     absl::Span<const std::string> keys) {
-  std::vector<KeyCommand> cmds(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) cmds[i] = {{"GET", keys[i]}, 2};
   std::vector<absl::StatusOr<std::optional<std::string>>> out(keys.size());
-  RunBatch(cmds, [&](size_t i, absl::StatusOr<const redisReply*> r) {
-    if (!r.ok()) {
-      out[i] = r.status();
-    } else if ((*r)->type == REDIS_REPLY_NIL) {
-      out[i] = std::nullopt;
-    } else if ((*r)->type == REDIS_REPLY_STRING) {
-      out[i] = std::string((*r)->str, (*r)->len);
+  VisitGet(keys, [&](size_t i, absl::StatusOr<std::optional<absl::string_view>> v) {
+    if (!v.ok()) {
+      out[i] = v.status();
+    } else if (v->has_value()) {
+      out[i] = std::string(**v);
     } else {
-      out[i] = UnexpectedReply(i, *r);
+      out[i] = std::nullopt;
     }
   });
   return out;
+}
+
+void RedisCluster::VisitGet(absl::Span<const std::string> keys, ValueFn on_value) {
+  std::vector<KeyCommand> cmds(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) cmds[i] = {{"GET", keys[i]}, 2};
+  RunBatch(cmds, [&](size_t i, absl::StatusOr<const redisReply*> r) {
+    if (!r.ok()) {
+      on_value(i, r.status());
+    } else if ((*r)->type == REDIS_REPLY_NIL) {
+      on_value(i, std::nullopt);
+    } else if ((*r)->type == REDIS_REPLY_STRING) {
+      on_value(i, absl::string_view((*r)->str, (*r)->len));
+    } else {
+      on_value(i, UnexpectedReply(i, *r));
+    }
+  });
 }
 
 std::vector<absl::Status> RedisCluster::MultiSet(absl::Span<const KeyValue> kvs,

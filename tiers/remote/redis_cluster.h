@@ -76,6 +76,13 @@ class RedisCluster {
   // GET of each key: its value, or nullopt when absent. Result i is key i's.
   std::vector<absl::StatusOr<std::optional<std::string>>> MultiGet(
       absl::Span<const std::string> keys);
+  // MultiGet without copying the values: `on_value(i, value)` runs once per
+  // key, on the calling thread, with a view of key i's value that is valid
+  // only during that call (nullopt: absent), or its error. For readers that
+  // check a value and copy its bytes straight to where they go.
+  using ValueFn =
+      absl::FunctionRef<void(size_t, absl::StatusOr<std::optional<absl::string_view>>)>;
+  void VisitGet(absl::Span<const std::string> keys, ValueFn on_value);
   // SET of each pair (PX `ttl` when given; it must be >= 1 ms).
   std::vector<absl::Status> MultiSet(absl::Span<const KeyValue> kvs,
                                      std::optional<absl::Duration> ttl = std::nullopt);

@@ -1,6 +1,7 @@
-// RemoteTier (remote_tier.h). Handles map local slots to staged bytes until
-// PersistBatch stores them, then to the record's Redis key. No lock is held
-// over network I/O; each call's network work is one pipelined batch.
+// RemoteTier (remote_tier_impl.h): slots, the evictor's stores, adoption.
+// Handles map local slots to staged bytes until PersistBatch stores them,
+// then to the record's Redis key. No lock is held over network I/O; each
+// call's network work is one pipelined batch.
 #include "tiers/remote/remote_tier.h"
 
 #define XXH_INLINE_ALL
@@ -17,79 +18,36 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "kvtier/status_macros.h"
-#include "tiers/remote/cluster_link.h"
 #include "tiers/remote/remote_record.h"
-#include "tiers/shared_tier.h"
+#include "tiers/remote/remote_tier_impl.h"
 
 namespace kvtier::tiers::remote {
-namespace {
-
-using Counter = std::atomic<uint64_t>;
 
 absl::Status Miss(absl::string_view why, const Slot& slot) {
   return absl::DataLossError(absl::StrCat("remote page (slot ", slot.offset, "): ", why));
 }
 
-class RemoteTier final : public Tier, public SharedTier {
- public:
-  explicit RemoteTier(const RemoteTierConfig& config) : config_(config), link_(config) {
-    // Connect now, so the first requests do not pay for it; a cluster
-    // that does not answer leaves the tier down (retried with backoff).
-    if (link_.Acquire(ClusterLink::Role::kRead) != nullptr) link_.Acquire(ClusterLink::Role::kWrite);
-  }
+RemoteTier::RemoteTier(const RemoteTierConfig& config)
+    : config_(config), link_(config, ClusterLink::kFirstReader + config.readers) {
+  // Connect now, so the first requests do not pay for it; a cluster
+  // that does not answer leaves the tier down (retried with backoff).
+  if (link_.Acquire(ClusterLink::kRead) != nullptr) link_.Acquire(ClusterLink::kWrite);
+  reads_ = std::make_unique<BatchQueue<ReadJob>>(
+      config.readers, config.max_read_batch_bytes, /*max_queued_bytes=*/0,
+      [this](size_t worker, std::vector<ReadJob>& batch) { RunReads(worker, batch); });
+  publishes_ = std::make_unique<BatchQueue<PublishJob>>(
+      1, config.max_read_batch_bytes, config.max_publish_queue_bytes,
+      [this](size_t, std::vector<PublishJob>& batch) { RunPublish(batch); });
+}
 
-  TierKind kind() const override { return TierKind::kRemote; }
-  std::string backing() const override {
-    return absl::StrCat("redis cluster ", absl::StrJoin(config_.cluster.seeds, ","));
-  }
-  uint64_t capacity_bytes() const override { return config_.capacity_bytes; }
-  uint64_t used_bytes() const override { return used_.load(std::memory_order_relaxed); }
-  uint64_t max_slot_bytes() const override { return config_.max_page_bytes; }
-  bool persistent() const override { return true; }
+RemoteTier::~RemoteTier() {
+  publishes_.reset();  // stores what is queued
+  reads_.reset();      // answers every queued read
+}
 
-  absl::StatusOr<Slot> Allocate(uint64_t bytes) override;
-  void Free(const Slot& slot) override;
-  uint8_t* Address(const Slot&) override { return nullptr; }
-  absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) override;
-  absl::Status Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) override;
-  TierCounters counters() const override;
-  absl::Status PersistBatch(const std::vector<Slot>& slots, const std::vector<PageMeta>& metas,
-                            std::vector<bool>* written) override;
-  void Unpersist(const Slot& slot, const PageMeta& meta) override;
-  std::vector<std::optional<Slot>> AdoptShared(absl::string_view ns, absl::Span<const PageKey> keys,
-                                               uint64_t bytes) override;
-
- private:
-  // A slot: staged bytes until stored, then the name of its record.
-  struct Handle {
-    std::string staged;  // the page bytes (slot.bytes), before PersistBatch
-    bool stored = false;
-    bool bad = false;    // found missing or corrupt: later reads miss at once
-    std::string redis_key, ns;
-    PageKey key;
-  };
-  Handle* Find(const Slot& slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = handles_.find(slot.offset);
-    return it == handles_.end() ? nullptr : it->second.get();
-  }
-  // GET of one record, verified as (ns, key, bytes); DataLoss on any miss.
-  absl::StatusOr<std::string> Fetch(const Slot& slot, const std::string& redis_key,
-                                    const std::string& ns, const PageKey& key);
-  void MarkBad(const Slot& slot) ABSL_LOCKS_EXCLUDED(mu_);
-  // Runs one batch on the write client and reports reachability.
-  std::vector<absl::Status> Store(absl::Span<const KeyValue> kvs);
-
-  const RemoteTierConfig config_;
-  ClusterLink link_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Handle>> handles_ ABSL_GUARDED_BY(mu_);
-  // Redis key -> the handle whose record it is now: a late Unpersist of an
-  // older copy of the key must not delete a newer one.
-  absl::flat_hash_map<std::string, uint64_t> owner_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
-  Counter used_{0}, bytes_written_{0}, bytes_read_{0}, alloc_failures_{0}, io_errors_{0};
-  Counter corrupt_reads_{0}, missing_reads_{0};
-};
+std::string RemoteTier::backing() const {
+  return absl::StrCat("redis cluster ", absl::StrJoin(config_.cluster.seeds, ","));
+}
 
 absl::StatusOr<Slot> RemoteTier::Allocate(uint64_t bytes) {
   if (bytes == 0 || bytes > config_.max_page_bytes)
@@ -110,7 +68,16 @@ absl::StatusOr<Slot> RemoteTier::Allocate(uint64_t bytes) {
 
 void RemoteTier::Free(const Slot& slot) {
   absl::MutexLock lock(&mu_);
-  if (handles_.erase(slot.offset) > 0) used_.fetch_sub(slot.bytes, std::memory_order_relaxed);
+  auto it = handles_.find(slot.offset);
+  if (it == handles_.end()) return;
+  // A record still owned (not Unpersisted: the page moved up, or this node
+  // stops tracking it) stays for the other nodes, unowned from now on.
+  if (it->second->stored) {
+    auto owner = owner_.find(it->second->redis_key);
+    if (owner != owner_.end() && owner->second == slot.offset) owner_.erase(owner);
+  }
+  handles_.erase(it);
+  used_.fetch_sub(slot.bytes, std::memory_order_relaxed);
 }
 
 absl::Status RemoteTier::Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) {
@@ -125,66 +92,8 @@ absl::Status RemoteTier::Write(const Slot& slot, uint64_t offset, const void* sr
   return absl::OkStatus();
 }
 
-absl::Status RemoteTier::Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) {
-  if (offset > slot.bytes || n > slot.bytes - offset)
-    return absl::OutOfRangeError("remote tier: read past the slot");
-  std::string redis_key, ns;
-  PageKey key;
-  {
-    absl::MutexLock lock(&mu_);
-    Handle* h = Find(slot);
-    if (h == nullptr) return absl::FailedPreconditionError("remote tier: read of a free slot");
-    if (!h->stored) {  // not in the cluster yet: the staged bytes are the page
-      std::memcpy(dst, h->staged.data() + offset, n);
-      return absl::OkStatus();
-    }
-    if (h->bad) return Miss("found missing or corrupt before", slot);
-    redis_key = h->redis_key;
-    ns = h->ns;
-    key = h->key;
-  }
-  absl::StatusOr<std::string> value = Fetch(slot, redis_key, ns, key);
-  if (!value.ok()) return value.status();
-  std::memcpy(dst, value->data() + (value->size() - slot.bytes) + offset, n);
-  bytes_read_.fetch_add(n, std::memory_order_relaxed);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> RemoteTier::Fetch(const Slot& slot, const std::string& redis_key,
-                                              const std::string& ns, const PageKey& key) {
-  RedisCluster* client = link_.Acquire(ClusterLink::Role::kRead);
-  if (client == nullptr) return Miss("the cluster is down", slot);
-  const uint64_t before = client->stats().refresh_failures;
-  auto got = client->MultiGet(absl::MakeConstSpan(&redis_key, 1));
-  if (!got[0].ok()) {
-    io_errors_.fetch_add(1, std::memory_order_relaxed);
-    link_.Report(!ClusterUnreachable(absl::IsUnavailable(got[0].status()) ? 1 : 0, 1, before,
-                                     client->stats().refresh_failures));
-    return Miss(got[0].status().message(), slot);
-  }
-  link_.Report(true);
-  if (!got[0]->has_value()) {
-    missing_reads_.fetch_add(1, std::memory_order_relaxed);
-    MarkBad(slot);
-    return Miss("no longer in the cluster", slot);
-  }
-  std::string value = **std::move(got[0]);
-  absl::StatusOr<ParsedRecord> rec = ParseExpected(value, ns, key, slot.bytes);
-  if (!rec.ok()) {
-    corrupt_reads_.fetch_add(1, std::memory_order_relaxed);
-    MarkBad(slot);
-    return Miss(rec.status().message(), slot);
-  }
-  return value;  // the body is its last slot.bytes bytes
-}
-
-void RemoteTier::MarkBad(const Slot& slot) {
-  absl::MutexLock lock(&mu_);
-  if (Handle* h = Find(slot)) h->bad = true;
-}
-
-std::vector<absl::Status> RemoteTier::Store(absl::Span<const KeyValue> kvs) {
-  RedisCluster* client = link_.Acquire(ClusterLink::Role::kWrite);
+std::vector<absl::Status> RemoteTier::Store(size_t channel, absl::Span<const KeyValue> kvs) {
+  RedisCluster* client = link_.Acquire(channel);
   if (client == nullptr)
     return std::vector<absl::Status>(kvs.size(), absl::UnavailableError("remote tier down"));
   const uint64_t before = client->stats().refresh_failures;
@@ -195,8 +104,14 @@ std::vector<absl::Status> RemoteTier::Store(absl::Span<const KeyValue> kvs) {
     io_errors_.fetch_add(1, std::memory_order_relaxed);
     if (absl::IsUnavailable(s)) ++unavailable;
   }
-  link_.Report(!ClusterUnreachable(unavailable, st.size(), before, client->stats().refresh_failures));
+  ReportBatch(client, before, unavailable, st.size());
   return st;
+}
+
+void RemoteTier::ReportBatch(RedisCluster* client, uint64_t refresh_failures_before,
+                             size_t unavailable, size_t keys) {
+  link_.Report(!ClusterUnreachable(unavailable, keys, refresh_failures_before,
+                                   client->stats().refresh_failures));
 }
 
 absl::Status RemoteTier::PersistBatch(const std::vector<Slot>& slots,
@@ -224,7 +139,7 @@ absl::Status RemoteTier::PersistBatch(const std::vector<Slot>& slots,
     kvs.push_back(KeyValue{keys[i], values[i]});
     index.push_back(i);
   }
-  std::vector<absl::Status> st = Store(kvs);
+  std::vector<absl::Status> st = Store(ClusterLink::kWrite, kvs);
   absl::MutexLock lock(&mu_);
   for (size_t j = 0; j < index.size(); ++j) {
     const size_t i = index[j];
@@ -257,7 +172,7 @@ void RemoteTier::Unpersist(const Slot& slot, const PageMeta& meta) {
   }
   // Best effort: a key left behind (cluster down) is replaced by the next
   // copy of the page or dropped by the cluster's own eviction.
-  RedisCluster* client = link_.Acquire(ClusterLink::Role::kWrite);
+  RedisCluster* client = link_.Acquire(ClusterLink::kWrite);
   if (client == nullptr) return;
   if (!client->MultiDelete(absl::MakeConstSpan(&redis_key, 1))[0].ok())
     io_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -271,14 +186,13 @@ std::vector<std::optional<Slot>> RemoteTier::AdoptShared(absl::string_view ns,
   std::vector<std::string> names;
   names.reserve(keys.size());
   for (const PageKey& k : keys) names.push_back(RecordKey(ns, k));
-  RedisCluster* client = link_.Acquire(ClusterLink::Role::kRead);
+  RedisCluster* client = link_.Acquire(ClusterLink::kRead);
   if (client == nullptr) return out;  // down: nothing found
   const uint64_t before = client->stats().refresh_failures;
   std::vector<absl::StatusOr<bool>> found = client->MultiExists(names);
   size_t unavailable = 0;
   for (const auto& f : found) unavailable += !f.ok() && absl::IsUnavailable(f.status()) ? 1 : 0;
-  link_.Report(!ClusterUnreachable(unavailable, found.size(), before,
-                                   client->stats().refresh_failures));
+  ReportBatch(client, before, unavailable, found.size());
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!found[i].ok() || !*found[i]) continue;
@@ -308,10 +222,10 @@ TierCounters RemoteTier::counters() const {
   c.down_events = link_.down_events();
   c.corrupt_reads = corrupt_reads_.load(std::memory_order_relaxed);
   c.missing_reads = missing_reads_.load(std::memory_order_relaxed);
+  c.published = published_.load(std::memory_order_relaxed);
+  c.publish_drops = publish_drops_.load(std::memory_order_relaxed);
   return c;
 }
-
-}  // namespace
 
 absl::Status RemoteTierConfig::Validate() const {
   RETURN_IF_ERROR(cluster.Validate());
@@ -320,6 +234,10 @@ absl::Status RemoteTierConfig::Validate() const {
     return absl::InvalidArgumentError("remote tier: max page bytes must be in (0, 2 GiB]");
   if (min_backoff <= absl::ZeroDuration() || max_backoff < min_backoff)
     return absl::InvalidArgumentError("remote tier: want 0 < min_backoff <= max_backoff");
+  if (readers == 0 || readers > 64)
+    return absl::InvalidArgumentError("remote tier: readers must be in 1..64");
+  if (max_read_batch_bytes < max_page_bytes)
+    return absl::InvalidArgumentError("remote tier: a read batch must hold a page");
   return absl::OkStatus();
 }
 

@@ -28,6 +28,14 @@ struct RemoteTierConfig {
   // after a backoff doubling from min to max.
   absl::Duration min_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
+  // Pipelined reads: this many reader threads, each with its own
+  // connections, take the reads queued (ReadAsync) and fetch up to
+  // max_read_batch_bytes of them as one pipeline per node.
+  uint32_t readers = 2;
+  uint64_t max_read_batch_bytes = 32ull << 20;
+  // Write-through copies waiting to be stored; PUTs beyond it keep their
+  // pages local only (counted in publish_drops).
+  uint64_t max_publish_queue_bytes = 256ull << 20;
 
   absl::Status Validate() const;
 };

@@ -101,10 +101,12 @@ void PrintStatsTables(const wire::StatsReply& s) {
                 (unsigned long)t.recovered_pages(), (unsigned long)t.dropped_records(),
                 (unsigned long)t.clean_pages(), (unsigned long)t.cleaned());
     if (t.name() == "remote")
-      std::printf("%-6s cluster %s (went down %lu times), corrupt values %lu, gone values %lu\n",
+      std::printf("%-6s cluster %s (went down %lu times), corrupt values %lu, gone values %lu, "
+                  "written through %lu (not stored %lu)\n",
                   t.name().c_str(), t.down() ? "DOWN (retrying)" : "up",
                   (unsigned long)t.down_events(), (unsigned long)t.corrupt_reads(),
-                  (unsigned long)t.missing_reads());
+                  (unsigned long)t.missing_reads(), (unsigned long)t.published(),
+                  (unsigned long)t.publish_drops());
     if (t.durability_failures() > 0 || t.frontend_io() > 0)
       std::printf("%-6s durability failures %lu, frontend I/O %lu\n", t.name().c_str(),
                   (unsigned long)t.durability_failures(), (unsigned long)t.frontend_io());
