@@ -23,6 +23,10 @@ struct RemoteOptions {
   uint64_t capacity_bytes = 64ull << 30;  // bytes this daemon keeps there
   absl::Duration connect_timeout = absl::Milliseconds(500);
   absl::Duration command_timeout = absl::Seconds(2);
+  // The Redis ACL user of tenants without their own ("redis_user" in the
+  // tenants file); empty: the cluster's default user, no AUTH.
+  std::string user;
+  std::string password_file;  // its password, first line (never a flag value)
   bool enabled() const { return !seeds.empty(); }
 };
 

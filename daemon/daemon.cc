@@ -118,7 +118,7 @@ absl::Status Daemon::Init() {
   } else {
     spdlog::info("nvme tier: disabled (--nvme_bytes=0)");
   }
-  RETURN_IF_ERROR(AddRemoteTier(config_, tiers));
+  RETURN_IF_ERROR(AddRemoteTier(config_, tenants_, tiers));
   ASSIGN_OR_RETURN(store_, tiers::TierManager::Create(config_.store, std::move(tiers)));
   for (const Tenant& t : tenants_.tenants()) {
     tiers::NamespaceConfig nc{.name = t.name,

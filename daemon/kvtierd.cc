@@ -45,6 +45,8 @@ ABSL_FLAG(std::string, nvme_admission, "all", "which host evictions are written 
 ABSL_FLAG(std::string, remote_seeds, "", "remote tier below NVMe: host:port of Redis Cluster nodes, comma-separated (any nodes of the cluster; loopback in tests); empty: no remote tier");
 ABSL_FLAG(std::string, remote_bytes, "64GiB", "bytes of pages this daemon keeps in the remote tier (its oldest leave, and are deleted, above it)");
 ABSL_FLAG(std::string, remote_admission, "all", "which pages enter the remote tier: all (every NVMe eviction), reused (NVMe evictions read or PUT again since stored), or put (write-through: every PUT's page, at once; NVMe evictions are then dropped)");
+ABSL_FLAG(std::string, remote_user, "", "remote tier: Redis ACL user of tenants without their own \"redis_user\" (empty: the cluster's default user, no AUTH)");
+ABSL_FLAG(std::string, remote_password_file, "", "remote tier: file whose first line is --remote_user's password");
 ABSL_FLAG(int, remote_connect_timeout_ms, 500, "remote tier: connect timeout per node");
 ABSL_FLAG(int, remote_command_timeout_ms, 2000, "remote tier: bound on each socket read/write of a batch");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
@@ -101,6 +103,8 @@ absl::Status RemoteFromFlags(kvtier::daemon::DaemonConfig& c) {
   ASSIGN_OR_RETURN(c.remote.capacity_bytes, BytesFlag(FLAGS_remote_bytes));
   c.remote.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_remote_connect_timeout_ms));
   c.remote.command_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_remote_command_timeout_ms));
+  c.remote.user = absl::GetFlag(FLAGS_remote_user);
+  c.remote.password_file = absl::GetFlag(FLAGS_remote_password_file);
   const std::string admission = absl::GetFlag(FLAGS_remote_admission);
   if (admission == "all") c.store.remote_admission = Admission::kAll;
   else if (admission == "reused") c.store.remote_admission = Admission::kReusedOnly;

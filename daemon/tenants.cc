@@ -51,13 +51,27 @@ absl::Status ParseTierBytes(const nlohmann::json& t, const char* field, absl::st
   return absl::OkStatus();
 }
 
+// "redis_user" and "redis_password" come together, both non-empty strings.
+absl::Status ParseRedisUser(const nlohmann::json& t, absl::string_view where, Tenant* tenant) {
+  const bool user = t.contains("redis_user"), password = t.contains("redis_password");
+  if (!user && !password) return absl::OkStatus();
+  if (!user || !password || !t["redis_user"].is_string() || !t["redis_password"].is_string() ||
+      t["redis_user"].get<std::string>().empty() || t["redis_password"].get<std::string>().empty())
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": \"redis_user\" and \"redis_password\" go together, as non-empty strings"));
+  tenant->redis_user = t["redis_user"].get<std::string>();
+  tenant->redis_password = t["redis_password"].get<std::string>();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view where) {
   if (!t.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
   // A misspelt limit would silently protect nobody: refuse unknown fields.
   for (const auto& [field, value] : t.items()) {
     static constexpr const char* kFields[] = {"name",    "token",        "admin",
                                               "quota",   "reserve",      "max_sessions",
-                                              "max_registered_bytes"};
+                                              "max_registered_bytes", "redis_user",
+                                              "redis_password"};
     if (std::find(std::begin(kFields), std::end(kFields), field) == std::end(kFields))
       return absl::InvalidArgumentError(absl::StrCat(where, ": unknown field \"", field, "\""));
   }
@@ -92,6 +106,7 @@ absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view wh
     ASSIGN_OR_RETURN(tenant.max_registered_bytes,
                      ByteValue(t["max_registered_bytes"], absl::StrCat(where, ": max_registered_bytes")));
   }
+  RETURN_IF_ERROR(ParseRedisUser(t, where, &tenant));
   return tenant;
 }
 

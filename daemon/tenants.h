@@ -24,6 +24,9 @@ struct Tenant {
   // Overrides of the daemon-wide per-tenant limits; 0 = the daemon's flag.
   uint32_t max_sessions = 0;
   uint64_t max_registered_bytes = 0;
+  // The Redis ACL user (and its password) this tenant's remote-tier records
+  // are read and written as; empty: the daemon's --remote_user.
+  std::string redis_user, redis_password;
 };
 
 class TenantRegistry {
@@ -31,7 +34,8 @@ class TenantRegistry {
   // Loads a JSON tenants file:
   //   {"tenants": [{"name": "alice", "token": "…", "admin": false,
   //                 "quota": {"host": "512MiB"}, "reserve": {"host": "64MiB"},
-  //                 "max_sessions": 32, "max_registered_bytes": "64GiB"}]}
+  //                 "max_sessions": 32, "max_registered_bytes": "64GiB",
+  //                 "redis_user": "kvtier-alice", "redis_password": "…"}]}
   // Errors name the file and the offending entry.
   static absl::StatusOr<TenantRegistry> LoadFile(const std::string& path);
   static absl::StatusOr<TenantRegistry> Parse(absl::string_view json, absl::string_view origin);

@@ -228,9 +228,11 @@ void LayerReadBatch::Complete(size_t u, absl::Status st) {
     return;
   }
   PageEntry* e = Entry(p);
-  if (st.ok() && p.sums.empty()) {
+  if (!st.ok()) {
+    st = m_.ReadFailed(e, e->tier, std::move(st));
+  } else if (p.sums.empty()) {
     st = m_.VerifyRead(e, e->tier, unit.dst);  // drops the page on a mismatch
-  } else if (st.ok() && !VerifyChunks(p.sums, e->slot.bytes, unit.begin, unit.end, unit.dst)) {
+  } else if (!VerifyChunks(p.sums, e->slot.bytes, unit.begin, unit.end, unit.dst)) {
     st = m_.CorruptRead(e, e->tier);
   }
   if (!st.ok()) return Fail(p, std::move(st));

@@ -122,7 +122,8 @@ absl::Status PagePin::CopyTo(void* dst) const {
   const size_t t = entry_->tier;
   Tier& tier = *m.tiers[t]->tier;
   RETURN_IF_ERROR(m.KnownCorrupt(entry_));
-  RETURN_IF_ERROR(tier.Read(entry_->slot, 0, dst, entry_->slot.bytes));
+  if (absl::Status st = tier.Read(entry_->slot, 0, dst, entry_->slot.bytes); !st.ok())
+    return m.ReadFailed(entry_, t, std::move(st));
   return m.VerifyRead(entry_, t, dst);
 }
 
@@ -157,6 +158,11 @@ absl::Status TierManager::Impl::VerifyRead(PageEntry* e, size_t t, const void* b
   // wrong bytes.
   if (!tiers[t]->tier->persistent()) return absl::OkStatus();
   return VerifySum(e, t, XXH3_64bits(bytes, e->slot.bytes));
+}
+
+absl::Status TierManager::Impl::ReadFailed(PageEntry* e, size_t t, absl::Status st) {
+  if (absl::IsDataLoss(st) && IsSharedTier(t)) DropCorrupt(e);
+  return st;
 }
 
 PageMeta TierManager::Impl::MetaOf(const PageEntry* e) const {

@@ -138,6 +138,12 @@ struct TierManager::Impl {
   // page (a miss, never wrong bytes) and says so.
   absl::Status CorruptRead(PageEntry* e, size_t t);
   absl::Status VerifyRead(PageEntry* e, size_t t, const void* bytes);
+  // A read of e from tier t failed with `st`. From a shared tier a DataLoss
+  // (the record is gone, corrupt, or the cluster unreachable) drops the
+  // page: LOOKUP must not keep reporting a page no GET can serve, and a
+  // later PUT of the key must store it again rather than deduplicate
+  // against the dead entry (another LOOKUP may adopt it again). Returns st.
+  absl::Status ReadFailed(PageEntry* e, size_t t, absl::Status st);
   // Where a GET promotes the pages it reads under `o` (ReadPage, ReadPages,
   // ReadLayers); nullopt: it does not.
   std::optional<size_t> PromoteTarget(const ReadOptions& o) const {

@@ -15,6 +15,7 @@
 #include "kvtier.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/remote/cluster_fixture.h"
+#include "tiers/remote/remote_record.h"
 #include "tools/common/page_pattern.h"
 
 namespace kvtier::itest {
@@ -224,6 +225,70 @@ TEST_F(RemoteDaemonTest, AnotherDaemonFindsAndReadsPagesByteExact) {
   cb->reset();
   auto code = (*b)->Stop();
   EXPECT_TRUE(code.ok() && *code == 0) << (*b)->Log();
+}
+
+// Write-through with per-tenant Redis ACL users, as docs/OPERATIONS.md sets
+// them up: the cluster's default user may touch no kvtier record, each
+// tenant's user only its own (AclKeyPattern). alice's PUT on A is in the
+// cluster at once (written as alice's user: nobody else could), B finds and
+// reads it for alice, and bob finds nothing of it.
+TEST_F(RemoteDaemonTest, WriteThroughAsEachTenantsOwnAclUser) {
+  for (const std::string ns : {"alice", "bob"}) {
+    ASSERT_TRUE(cluster_
+                    ->OnAllNodes({"ACL", "SETUSER", "u-" + ns, "on", ">pw-" + ns + "-secret",
+                                  "~" + tiers::remote::AclKeyPattern(ns), "+get", "+set",
+                                  "+exists", "+unlink", "+asking", "+cluster|slots", "+ping"})
+                    .ok());
+  }
+  ASSERT_TRUE(cluster_->OnAllNodes({"ACL", "SETUSER", "default", "resetkeys", "~other:*"}).ok());
+  const std::string tenants = R"({"tenants": [
+    {"name": "alice", "token": "alice-token", "redis_user": "u-alice", "redis_password": "pw-alice-secret"},
+    {"name": "bob", "token": "bob-token-1", "redis_user": "u-bob", "redis_password": "pw-bob-secret"},
+    {"name": "ops", "token": "ops-token-1", "admin": true}]})";
+  DaemonOptions o = daemon_options_;
+  o.tenants_json = tenants;
+  o.flags.push_back("--remote_admission=put");
+  auto a = DaemonProcess::Start(o, "alice", "alice-token");
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = DaemonProcess::Start(o, "alice", "alice-token");
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto alice_a = Client::Connect(Options((*a)->endpoint(), "alice", "alice-token"));
+  auto alice_b = Client::Connect(Options((*b)->endpoint(), "alice", "alice-token"));
+  auto bob_b = Client::Connect(Options((*b)->endpoint(), "bob", "bob-token-1"));
+  auto ops_a = Client::Connect(Options((*a)->endpoint(), "ops", "ops-token-1"));  // tier stats
+  ASSERT_TRUE(alice_a.ok() && alice_b.ok() && bob_b.ok() && ops_a.ok());
+  std::vector<PageKey> chain = MakeChain(SmallLayout(), 77, 4);
+  std::vector<std::string> pages;
+  std::vector<absl::string_view> views;
+  for (const PageKey& k : chain) pages.push_back(PatternPage(k, kPage));
+  for (const std::string& p : pages) views.push_back(p);
+  auto put = (*alice_a)->PutInline(chain, PageKey::Zero(), views);
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(put->stored, chain.size());
+  uint64_t published = 0;
+  for (int i = 0; i < 100 && published < chain.size(); ++i) {
+    auto s = (*ops_a)->Stats();
+    if (s.ok() && Tier(*s, "remote") != nullptr) published = Tier(*s, "remote")->published();
+    if (published < chain.size()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(published, chain.size()) << (*a)->Log();
+  auto found = (*alice_b)->Lookup(chain);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->hits, chain.size());
+  auto got = (*alice_b)->GetInline(chain);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < chain.size(); ++i) EXPECT_EQ((*got)[i], pages[i]) << "page " << i;
+  auto bobs = (*bob_b)->Lookup(chain);
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  EXPECT_EQ(bobs->hits, 0u);
+  alice_a->reset();
+  alice_b->reset();
+  bob_b->reset();
+  ops_a->reset();
+  for (auto* d : {&*a, &*b}) {
+    auto code = (*d)->Stop();
+    EXPECT_TRUE(code.ok() && *code == 0) << (*d)->Log();
+  }
 }
 
 }  // namespace

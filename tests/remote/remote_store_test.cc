@@ -296,5 +296,30 @@ TEST_F(RemoteStoreTest, WriteThroughOnPutPublishesAndEvictionsAreNotStoredAgain)
   EXPECT_EQ(*got, Bytes(kPage, 701));
 }
 
+// A remote page whose record left the cluster (its LRU, or another node's
+// delete) is a miss once, and then gone from the index: LOOKUP stops
+// reporting it and the next PUT stores it again instead of deduplicating
+// against the dead entry (found by the kvtier-sim study of issue 15).
+TEST_F(RemoteStoreTest, ARemotePageWhoseRecordIsGoneLeavesTheIndexAndIsStoredAgain) {
+  Open();
+  PutPages(800, 1);
+  DrainToRemote();
+  ASSERT_EQ(mgr_->Lookup(ns_, {Key(800)}).tiers[0], TierKind::kRemote);
+  auto raw = remote::RedisCluster::Create(remote::testing::SharedCluster()->Config());
+  ASSERT_TRUE(raw.ok());
+  const std::string name = remote::RecordKey(ns_name_, Key(800));
+  ASSERT_TRUE(*(*raw)->MultiDelete(absl::MakeConstSpan(&name, 1))[0]);
+  auto got = Get(800);
+  EXPECT_TRUE(absl::IsDataLoss(got.status())) << got.status();
+  EXPECT_EQ(mgr_->Lookup(ns_, {Key(800)}).hits, 0u);
+  EXPECT_EQ(mgr_->Snapshot().tiers[kRemote].io.missing_reads, 1u);
+  ASSERT_TRUE(Put(*mgr_, ns_, Key(800), PageKey::Zero(), Bytes(kPage, 800)).ok());
+  TierKind tier = TierKind::kRemote;
+  got = Get(800, &tier);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(tier, TierKind::kHost);
+  EXPECT_EQ(*got, Bytes(kPage, 800));
+}
+
 }  // namespace
 }  // namespace kvtier::tiers

@@ -60,6 +60,25 @@ TEST(TenantsTest, ErrorsNameTheProblem) {
   EXPECT_FALSE(TenantRegistry::LoadFile("/nonexistent/tenants.json").ok());
 }
 
+// A tenant's own Redis ACL user (remote tier): user and password together.
+TEST(TenantsTest, RedisUserNeedsItsPassword) {
+  auto reg = TenantRegistry::Parse(
+      R"({"tenants":[{"name":"a","token":"aaaaaaaa","redis_user":"u-a","redis_password":"pw"}]})",
+      "f");
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  EXPECT_EQ(reg->tenants()[0].redis_user, "u-a");
+  EXPECT_EQ(reg->tenants()[0].redis_password, "pw");
+  for (const char* bad :
+       {R"({"tenants":[{"name":"a","token":"aaaaaaaa","redis_user":"u-a"}]})",
+        R"({"tenants":[{"name":"a","token":"aaaaaaaa","redis_password":"pw"}]})",
+        R"({"tenants":[{"name":"a","token":"aaaaaaaa","redis_user":"","redis_password":"pw"}]})",
+        R"({"tenants":[{"name":"a","token":"aaaaaaaa","redis_user":7,"redis_password":"pw"}]})"}) {
+    EXPECT_THAT(std::string(TenantRegistry::Parse(bad, "f").status().message()),
+                HasSubstr("\"redis_user\" and \"redis_password\" go together"))
+        << bad;
+  }
+}
+
 // Issue 11, item 5: a name HELLO accepts (up to 256 bytes) is accepted, one
 // HELLO would refuse is refused here, naming the limit.
 TEST(TenantsTest, NamesFollowHellosLimit) {

@@ -16,13 +16,15 @@ namespace kvtier::tiers::remote {
 
 bool RemoteTier::Publish(absl::string_view ns, const PageKey& key, const PageKey& parent,
                          const void* bytes, uint64_t n) {
-  if (n == 0 || n > config_.max_page_bytes || link_.down()) {
+  ClusterLink& link = LinkFor(ns);
+  if (n == 0 || n > config_.max_page_bytes || link.down()) {
     publish_drops_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
   const RecordInfo info{.ns = ns, .key = key, .parent = parent,
                         .checksum = XXH3_64bits(bytes, n)};
   PublishJob job;
+  job.link = &link;
   job.redis_key = RecordKey(ns, key);
   job.value = EncodeHeader(info, n);
   job.value.append(static_cast<const char*>(bytes), n);
@@ -35,15 +37,16 @@ bool RemoteTier::Publish(absl::string_view ns, const PageKey& key, const PageKey
 }
 
 void RemoteTier::RunPublish(std::vector<PublishJob>& batch) {
-  std::vector<KeyValue> kvs;
-  kvs.reserve(batch.size());
-  for (const PublishJob& job : batch) kvs.push_back(KeyValue{job.redis_key, job.value});
-  std::vector<absl::Status> st = Store(ClusterLink::kPublish, kvs);
-  for (const absl::Status& s : st) {
-    if (s.ok()) {
-      published_.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      publish_drops_.fetch_add(1, std::memory_order_relaxed);
+  // Consecutive jobs of one link (usually all: one tenant's PUT burst)
+  // share a batch, one pipeline per node.
+  std::vector<std::pair<ClusterLink*, std::vector<KeyValue>>> groups;
+  for (const PublishJob& job : batch) {
+    if (groups.empty() || groups.back().first != job.link) groups.push_back({job.link, {}});
+    groups.back().second.push_back(KeyValue{job.redis_key, job.value});
+  }
+  for (auto& [link, kvs] : groups) {
+    for (const absl::Status& s : Store(*link, ClusterLink::kPublish, kvs)) {
+      (s.ok() ? published_ : publish_drops_).fetch_add(1, std::memory_order_relaxed);
     }
   }
 }

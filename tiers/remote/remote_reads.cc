@@ -53,7 +53,8 @@ absl::Status RemoteTier::Deliver(const Target& target,
 absl::Status RemoteTier::Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) {
   Target target;
   if (std::optional<absl::Status> now = Resolve(slot, offset, dst, n, &target)) return *now;
-  RedisCluster* client = link_.Acquire(ClusterLink::kRead);
+  ClusterLink& link = LinkFor(target.ns);
+  RedisCluster* client = link.Acquire(ClusterLink::kRead);
   if (client == nullptr) return Miss("the cluster is down", slot);
   const uint64_t before = client->stats().refresh_failures;
   absl::Status st;
@@ -63,7 +64,7 @@ absl::Status RemoteTier::Read(const Slot& slot, uint64_t offset, void* dst, uint
                      if (!value.ok() && absl::IsUnavailable(value.status())) ++unavailable;
                      st = Deliver(target, value, offset, static_cast<uint8_t*>(dst), n);
                    });
-  ReportBatch(client, before, unavailable, 1);
+  ReportBatch(link, client, before, unavailable, 1);
   return st;
 }
 
@@ -79,23 +80,27 @@ void RemoteTier::ReadAsync(const Slot& slot, void* dst, uint64_t dst_room, ReadD
 }
 
 void RemoteTier::RunReads(size_t worker, std::vector<ReadJob>& batch) {
-  RedisCluster* client = link_.Acquire(ClusterLink::kFirstReader + worker);
-  if (client == nullptr) {
-    for (ReadJob& job : batch) job.done(Miss("the cluster is down", job.target.slot));
-    return;
-  }
-  std::vector<std::string> keys;
-  keys.reserve(batch.size());
-  for (const ReadJob& job : batch) keys.push_back(job.target.redis_key);
   std::vector<absl::Status> results(batch.size());
-  const uint64_t before = client->stats().refresh_failures;
-  size_t unavailable = 0;
-  client->VisitGet(keys, [&](size_t i, absl::StatusOr<std::optional<absl::string_view>> value) {
-    if (!value.ok() && absl::IsUnavailable(value.status())) ++unavailable;
-    results[i] = Deliver(batch[i].target, value, 0, batch[i].dst, batch[i].target.slot.bytes);
-  });
-  ReportBatch(client, before, unavailable, keys.size());
-  // After the batch: the client's lock is released, so a `done` that
+  for (auto& [link, group] :
+       GroupByLink(batch.size(), [&](size_t i) -> absl::string_view { return batch[i].target.ns; })) {
+    RedisCluster* client = link->Acquire(ClusterLink::kFirstReader + worker);
+    if (client == nullptr) {
+      for (size_t i : group) results[i] = Miss("the cluster is down", batch[i].target.slot);
+      continue;
+    }
+    std::vector<std::string> keys;
+    keys.reserve(group.size());
+    for (size_t i : group) keys.push_back(batch[i].target.redis_key);
+    const uint64_t before = client->stats().refresh_failures;
+    size_t unavailable = 0;
+    client->VisitGet(keys, [&](size_t k, absl::StatusOr<std::optional<absl::string_view>> value) {
+      if (!value.ok() && absl::IsUnavailable(value.status())) ++unavailable;
+      const ReadJob& job = batch[group[k]];
+      results[group[k]] = Deliver(job.target, value, 0, job.dst, job.target.slot.bytes);
+    });
+    ReportBatch(*link, client, before, unavailable, keys.size());
+  }
+  // After the batch: the clients' locks are released, so a `done` that
   // starts the next read never waits on this pipeline.
   for (size_t i = 0; i < batch.size(); ++i) batch[i].done(std::move(results[i]));
 }

@@ -43,6 +43,17 @@ std::string RecordKey(absl::string_view ns, const PageKey& key) {
                          key.ToHex());
 }
 
+std::string AclKeyPattern(absl::string_view ns) {
+  std::string out = "kvtier:{????}:";
+  for (char c : ns) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back(':');
+  out.append(2 * kPageKeyBytes, '?');
+  return out;
+}
+
 std::string EncodeHeader(const RecordInfo& info, uint64_t body_bytes) {
   std::string out;
   out.reserve(kFixedHeaderBytes + info.ns.size());

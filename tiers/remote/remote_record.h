@@ -27,6 +27,11 @@ inline constexpr size_t kMaxNamespaceBytes = 0xffff;
 // over the whole name would put them all on one node), and a namespace name
 // holding braces cannot choose the slot.
 std::string RecordKey(absl::string_view ns, const PageKey& key);
+// The Redis ACL key pattern (without the leading '~') matching exactly the
+// record keys of namespace `ns`: "kvtier:{????}:<ns>:" then 32 '?', glob
+// characters of the name escaped. Exact, so a tenant "a" is not granted
+// the keys of a tenant "a:b".
+std::string AclKeyPattern(absl::string_view ns);
 
 struct RecordInfo {
   absl::string_view ns;

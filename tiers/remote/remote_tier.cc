@@ -27,11 +27,20 @@ absl::Status Miss(absl::string_view why, const Slot& slot) {
   return absl::DataLossError(absl::StrCat("remote page (slot ", slot.offset, "): ", why));
 }
 
-RemoteTier::RemoteTier(const RemoteTierConfig& config)
-    : config_(config), link_(config, ClusterLink::kFirstReader + config.readers) {
+RemoteTier::RemoteTier(const RemoteTierConfig& config) : config_(config) {
+  const size_t channels = ClusterLink::kFirstReader + config.readers;
+  default_link_ = std::make_unique<ClusterLink>(config, channels);
+  for (const auto& [ns, credentials] : config.ns_credentials) {
+    RemoteTierConfig own = config;
+    own.cluster.user = credentials.user;
+    own.cluster.password = credentials.password;
+    ns_links_[ns] = std::make_unique<ClusterLink>(own, channels);
+  }
   // Connect now, so the first requests do not pay for it; a cluster
   // that does not answer leaves the tier down (retried with backoff).
-  if (link_.Acquire(ClusterLink::kRead) != nullptr) link_.Acquire(ClusterLink::kWrite);
+  // Tenants' own links connect on their first use.
+  if (default_link_->Acquire(ClusterLink::kRead) != nullptr)
+    default_link_->Acquire(ClusterLink::kWrite);
   reads_ = std::make_unique<BatchQueue<ReadJob>>(
       config.readers, config.max_read_batch_bytes, /*max_queued_bytes=*/0,
       [this](size_t worker, std::vector<ReadJob>& batch) { RunReads(worker, batch); });
@@ -43,6 +52,11 @@ RemoteTier::RemoteTier(const RemoteTierConfig& config)
 RemoteTier::~RemoteTier() {
   publishes_.reset();  // stores what is queued
   reads_.reset();      // answers every queued read
+}
+
+ClusterLink& RemoteTier::LinkFor(absl::string_view ns) const {
+  auto it = ns_links_.find(ns);
+  return it == ns_links_.end() ? *default_link_ : *it->second;
 }
 
 std::string RemoteTier::backing() const {
@@ -92,8 +106,9 @@ absl::Status RemoteTier::Write(const Slot& slot, uint64_t offset, const void* sr
   return absl::OkStatus();
 }
 
-std::vector<absl::Status> RemoteTier::Store(size_t channel, absl::Span<const KeyValue> kvs) {
-  RedisCluster* client = link_.Acquire(channel);
+std::vector<absl::Status> RemoteTier::Store(ClusterLink& link, size_t channel,
+                                            absl::Span<const KeyValue> kvs) {
+  RedisCluster* client = link.Acquire(channel);
   if (client == nullptr)
     return std::vector<absl::Status>(kvs.size(), absl::UnavailableError("remote tier down"));
   const uint64_t before = client->stats().refresh_failures;
@@ -104,13 +119,13 @@ std::vector<absl::Status> RemoteTier::Store(size_t channel, absl::Span<const Key
     io_errors_.fetch_add(1, std::memory_order_relaxed);
     if (absl::IsUnavailable(s)) ++unavailable;
   }
-  ReportBatch(client, before, unavailable, st.size());
+  ReportBatch(link, client, before, unavailable, st.size());
   return st;
 }
 
-void RemoteTier::ReportBatch(RedisCluster* client, uint64_t refresh_failures_before,
-                             size_t unavailable, size_t keys) {
-  link_.Report(!ClusterUnreachable(unavailable, keys, refresh_failures_before,
+void RemoteTier::ReportBatch(ClusterLink& link, RedisCluster* client,
+                             uint64_t refresh_failures_before, size_t unavailable, size_t keys) {
+  link.Report(!ClusterUnreachable(unavailable, keys, refresh_failures_before,
                                    client->stats().refresh_failures));
 }
 
@@ -132,19 +147,24 @@ absl::Status RemoteTier::PersistBatch(const std::vector<Slot>& slots,
       values[i].append(body);
     }
   }
-  std::vector<KeyValue> kvs;
-  std::vector<size_t> index;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (values[i].empty()) continue;
-    kvs.push_back(KeyValue{keys[i], values[i]});
-    index.push_back(i);
+  std::vector<absl::Status> st(slots.size(), absl::CancelledError("not stored"));
+  bool down = false;
+  for (auto& [link, group] : GroupByLink(slots.size(), [&](size_t i) { return metas[i].ns_name; })) {
+    std::vector<KeyValue> kvs;
+    std::vector<size_t> index;
+    for (size_t i : group) {
+      if (values[i].empty()) continue;
+      kvs.push_back(KeyValue{keys[i], values[i]});
+      index.push_back(i);
+    }
+    std::vector<absl::Status> stored = Store(*link, ClusterLink::kWrite, kvs);
+    for (size_t j = 0; j < index.size(); ++j) st[index[j]] = std::move(stored[j]);
+    down = down || link->down();
   }
-  std::vector<absl::Status> st = Store(ClusterLink::kWrite, kvs);
   absl::MutexLock lock(&mu_);
-  for (size_t j = 0; j < index.size(); ++j) {
-    const size_t i = index[j];
+  for (size_t i = 0; i < slots.size(); ++i) {
     Handle* h = Find(slots[i]);
-    if (!st[j].ok() || h == nullptr) continue;
+    if (!st[i].ok() || h == nullptr) continue;
     ok[i] = true;
     h->stored = true;
     h->redis_key = keys[i];
@@ -154,12 +174,11 @@ absl::Status RemoteTier::PersistBatch(const std::vector<Slot>& slots,
     owner_[keys[i]] = slots[i].offset;
   }
   if (written != nullptr) *written = ok;
-  return link_.down() ? absl::UnavailableError("remote tier: the cluster is down")
-                      : absl::OkStatus();
+  return down ? absl::UnavailableError("remote tier: the cluster is down") : absl::OkStatus();
 }
 
 void RemoteTier::Unpersist(const Slot& slot, const PageMeta& meta) {
-  std::string redis_key;
+  std::string redis_key, ns;
   {
     absl::MutexLock lock(&mu_);
     Handle* h = Find(slot);
@@ -168,11 +187,12 @@ void RemoteTier::Unpersist(const Slot& slot, const PageMeta& meta) {
     if (it == owner_.end() || it->second != slot.offset) return;  // a newer copy owns it
     owner_.erase(it);
     redis_key = h->redis_key;
+    ns = h->ns;
     h->bad = true;  // the record is going: a late reader misses
   }
   // Best effort: a key left behind (cluster down) is replaced by the next
   // copy of the page or dropped by the cluster's own eviction.
-  RedisCluster* client = link_.Acquire(ClusterLink::kWrite);
+  RedisCluster* client = LinkFor(ns).Acquire(ClusterLink::kWrite);
   if (client == nullptr) return;
   if (!client->MultiDelete(absl::MakeConstSpan(&redis_key, 1))[0].ok())
     io_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -186,13 +206,14 @@ std::vector<std::optional<Slot>> RemoteTier::AdoptShared(absl::string_view ns,
   std::vector<std::string> names;
   names.reserve(keys.size());
   for (const PageKey& k : keys) names.push_back(RecordKey(ns, k));
-  RedisCluster* client = link_.Acquire(ClusterLink::kRead);
+  ClusterLink& link = LinkFor(ns);
+  RedisCluster* client = link.Acquire(ClusterLink::kRead);
   if (client == nullptr) return out;  // down: nothing found
   const uint64_t before = client->stats().refresh_failures;
   std::vector<absl::StatusOr<bool>> found = client->MultiExists(names);
   size_t unavailable = 0;
   for (const auto& f : found) unavailable += !f.ok() && absl::IsUnavailable(f.status()) ? 1 : 0;
-  ReportBatch(client, before, unavailable, found.size());
+  ReportBatch(link, client, before, unavailable, found.size());
   absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < keys.size(); ++i) {
     if (!found[i].ok() || !*found[i]) continue;
@@ -218,8 +239,11 @@ TierCounters RemoteTier::counters() const {
   c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
   c.alloc_failures = alloc_failures_.load(std::memory_order_relaxed);
   c.io_errors = io_errors_.load(std::memory_order_relaxed);
-  c.down = link_.down() ? 1 : 0;
-  c.down_events = link_.down_events();
+  // Down when the default link is; a tenant's link alone going down (its
+  // ACL user refused, say) counts in down_events.
+  c.down = default_link_->down() ? 1 : 0;
+  c.down_events = default_link_->down_events();
+  for (const auto& [ns, link] : ns_links_) c.down_events += link->down_events();
   c.corrupt_reads = corrupt_reads_.load(std::memory_order_relaxed);
   c.missing_reads = missing_reads_.load(std::memory_order_relaxed);
   c.published = published_.load(std::memory_order_relaxed);
@@ -234,6 +258,11 @@ absl::Status RemoteTierConfig::Validate() const {
     return absl::InvalidArgumentError("remote tier: max page bytes must be in (0, 2 GiB]");
   if (min_backoff <= absl::ZeroDuration() || max_backoff < min_backoff)
     return absl::InvalidArgumentError("remote tier: want 0 < min_backoff <= max_backoff");
+  for (const auto& [ns, credentials] : ns_credentials) {
+    if (ns.empty() || credentials.user.empty() || credentials.password.empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("remote tier: namespace '", ns, "' needs a Redis user and a password"));
+  }
   if (readers == 0 || readers > 64)
     return absl::InvalidArgumentError("remote tier: readers must be in 1..64");
   if (max_read_batch_bytes < max_page_bytes)

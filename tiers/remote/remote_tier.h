@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "tiers/remote/redis_cluster.h"
@@ -17,8 +18,18 @@
 
 namespace kvtier::tiers::remote {
 
+// A Redis ACL user (a tenant's own, from the tenants file).
+struct RemoteCredentials {
+  std::string user, password;
+};
+
 struct RemoteTierConfig {
+  // The cluster, and the user every namespace without its own uses.
   RedisClusterConfig cluster;
+  // Namespaces whose records are read and written as their own Redis ACL
+  // user (on connections of their own), so the cluster itself refuses one
+  // tenant's connections another tenant's keys (docs/OPERATIONS.md).
+  absl::flat_hash_map<std::string, RemoteCredentials> ns_credentials;
   // Bytes of pages this node keeps in the cluster (its own accounting: the
   // store evicts, and deletes, its oldest remote pages above it). The
   // cluster's maxmemory policy may drop values earlier: a read then misses.

@@ -3,11 +3,13 @@
 // (remote_reads.cc), write-through publishing (remote_publish.cc).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -79,6 +81,7 @@ class RemoteTier final : public Tier, public SharedTier {
   };
   // One queued write-through copy: the whole record.
   struct PublishJob {
+    ClusterLink* link = nullptr;  // its namespace's
     std::string redis_key, value;
     uint64_t bytes = 0;  // for BatchQueue
   };
@@ -100,15 +103,36 @@ class RemoteTier final : public Tier, public SharedTier {
   // Reader `worker`'s batch: one VisitGet, then each job's `done`.
   void RunReads(size_t worker, std::vector<ReadJob>& batch);
   void RunPublish(std::vector<PublishJob>& batch);
-  // Reports to the link what a batch on `client` found.
-  void ReportBatch(RedisCluster* client, uint64_t refresh_failures_before, size_t unavailable,
-                   size_t keys);
+  // The link namespace `ns` uses: its own ACL user's, or the default.
+  ClusterLink& LinkFor(absl::string_view ns) const;
+  // Positions 0..n-1 grouped by the link of namespace ns_of(i), each group
+  // in order: one batch per link (an ACL user's connections are its own).
+  template <typename NsOf>
+  std::vector<std::pair<ClusterLink*, std::vector<size_t>>> GroupByLink(size_t n,
+                                                                        NsOf ns_of) const {
+    std::vector<std::pair<ClusterLink*, std::vector<size_t>>> groups;
+    for (size_t i = 0; i < n; ++i) {
+      ClusterLink* link = &LinkFor(ns_of(i));
+      auto it = std::find_if(groups.begin(), groups.end(),
+                             [&](const auto& g) { return g.first == link; });
+      if (it == groups.end()) it = groups.insert(groups.end(), {link, {}});
+      it->second.push_back(i);
+    }
+    return groups;
+  }
+  // Reports to `link` what a batch on its `client` found.
+  void ReportBatch(ClusterLink& link, RedisCluster* client, uint64_t refresh_failures_before,
+                   size_t unavailable, size_t keys);
   void MarkBad(const Slot& slot) ABSL_LOCKS_EXCLUDED(mu_);
-  // Runs one batch of SETs on `channel`'s client and reports reachability.
-  std::vector<absl::Status> Store(size_t channel, absl::Span<const KeyValue> kvs);
+  // Runs one batch of SETs on `link`'s `channel` client and reports
+  // reachability.
+  std::vector<absl::Status> Store(ClusterLink& link, size_t channel,
+                                  absl::Span<const KeyValue> kvs);
 
   const RemoteTierConfig config_;
-  ClusterLink link_;
+  // Fixed at construction (no lock): the default link and the tenants' own.
+  std::unique_ptr<ClusterLink> default_link_;
+  absl::flat_hash_map<std::string, std::unique_ptr<ClusterLink>> ns_links_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Handle>> handles_ ABSL_GUARDED_BY(mu_);
   // Redis key -> the handle whose record it is now: a late Unpersist of an
