@@ -84,5 +84,42 @@ TEST_F(SimTraceTest, TwoTiersSplitTheirHitsAndStayUnderBelady) {
   EXPECT_LE(r->hits, RunBelady(reqs_, 2000).hits);
 }
 
+// Regression: the numbers kvtier-sim printed for these runs before the
+// remote tier came (HEAD 78d51cc), and ReplayNodes of one node without a
+// remote tier gives them too.
+TEST_F(SimTraceTest, OneNodeWithoutRemoteKeepsItsNumbers) {
+  ReplayConfig host_only;
+  host_only.host = PagesTier(1000);
+  ReplayConfig two = host_only;
+  two.host = PagesTier(500);
+  two.nvme = PagesTier(1500);
+  struct Want {
+    uint64_t hits, host, nvme, evictions, demotions, promotions, dropped;
+  };
+  const std::pair<ReplayConfig, Want> cases[] = {{host_only, {128, 128, 0, 6749, 0, 0, 6749}},
+                                                 {two, {212, 115, 97, 12892, 7159, 97, 5733}}};
+  for (const auto& [config, want] : cases) {
+    absl::StatusOr<NodesResult> n = ReplayNodes(reqs_, config, 1);
+    ASSERT_TRUE(n.ok()) << n.status();
+    for (const SimResult& r : {n->nodes[0], n->total}) {
+      EXPECT_EQ(r.refs, 7721u);
+      EXPECT_EQ(r.hits, want.hits);
+      EXPECT_EQ(r.tier_hits[0].hits, want.host);
+      if (config.nvme) {
+        EXPECT_EQ(r.tier_hits.at(1).hits, want.nvme);
+      }
+      EXPECT_EQ(r.tier_hits.size(), config.nvme ? 2u : 1u);
+      EXPECT_EQ(r.evictions, want.evictions);
+      EXPECT_EQ(r.demotions, want.demotions);
+      EXPECT_EQ(r.promotions, want.promotions);
+      EXPECT_EQ(r.dropped, want.dropped);
+      EXPECT_EQ(r.not_stored, 0u);
+    }
+    absl::StatusOr<SimResult> one = ReplayTierManager(reqs_, config);
+    ASSERT_TRUE(one.ok()) << one.status();
+    EXPECT_EQ(one->hits, want.hits);
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::sim

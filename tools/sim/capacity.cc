@@ -106,4 +106,17 @@ absl::StatusOr<TierSize> ResolveTier(const CapacitySpec& spec, uint64_t page_byt
   return size;
 }
 
+absl::StatusOr<uint64_t> ResolveRecords(const CapacitySpec& spec, uint64_t page_bytes) {
+  if (!spec.bytes) return spec.value;
+  if (page_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("capacity '", spec.label, "' is in bytes: give --page_bytes too"));
+  }
+  if (spec.value < page_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("capacity '", spec.label, "' holds no page of ", page_bytes, " bytes"));
+  }
+  return spec.value / page_bytes;
+}
+
 }  // namespace kvtier::sim

@@ -31,4 +31,8 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
 absl::StatusOr<TierSize> ResolveTier(const CapacitySpec& spec, uint64_t page_bytes,
                                      uint64_t slab_bytes, uint64_t slot_align);
 
+// Records of a remote-tier cluster of `spec`: a page count as is; a byte
+// size divided by `page_bytes` (0: error), whole records only.
+absl::StatusOr<uint64_t> ResolveRecords(const CapacitySpec& spec, uint64_t page_bytes);
+
 }  // namespace kvtier::sim

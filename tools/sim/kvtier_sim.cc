@@ -2,6 +2,7 @@
 // TierManager policy of tiers/ (accounting-only tiers, no daemon, no bytes)
 // at each capacity asked for, next to Belady's optimum and the
 // infinite-cache bound; prints a table and writes JSON and a PNG plot.
+// With --nodes and --remote_pages: several daemons sharing a remote tier.
 #include <cstdio>
 #include <string>
 
@@ -11,7 +12,10 @@
 #include "kvtier/cli.h"
 #include "kvtier/status_macros.h"
 #include "tools/sim/belady.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tools/sim/capacity.h"
+#include "tools/sim/cluster_study.h"
 #include "tools/sim/policy_replay.h"
 #include "tools/sim/sim_report.h"
 #include "tools/sim/trace_input.h"
@@ -28,6 +32,20 @@ ABSL_FLAG(std::string, page_bytes, "", "page size in bytes (e.g. 1MiB) for byte 
 ABSL_FLAG(std::string, slab_bytes, "16MiB", "slab size of the tiers (kvtierd --host_slab_bytes)");
 ABSL_FLAG(std::string, host_pages, "", "two-tier mode: host tier capacity (pages or bytes)");
 ABSL_FLAG(std::string, nvme_pages, "", "two-tier mode: NVMe tier capacity (pages or bytes)");
+ABSL_FLAG(int32_t, nodes, 1,
+          "daemons replayed side by side (needs --host_pages/--nvme_pages, per node): request i "
+          "goes to node i % N; N > 1 also runs one node with N times the capacity and N nodes "
+          "without a remote tier");
+ABSL_FLAG(std::string, remote_pages, "",
+          "remote tier below NVMe: capacity of the one cluster all nodes share (LRU, as "
+          "maxmemory-policy allkeys-lru), pages or bytes; comma-separated for several runs");
+ABSL_FLAG(std::string, remote_admission, "all",
+          "as kvtierd --remote_admission: all or reused (NVMe evictions enter the remote tier), or "
+          "put (every PUT's page is written through; NVMe evictions are dropped); "
+          "comma-separated for several runs");
+ABSL_FLAG(std::string, remote_node_pages, "",
+          "what each node keeps in the cluster by its own count, as kvtierd --remote_bytes "
+          "(pages or bytes); empty: kvtierd's 64GiB (with --page_bytes; unlimited without)");
 ABSL_FLAG(double, high_watermark, 0.95, "as kvtierd --high_watermark");
 ABSL_FLAG(double, low_watermark, 0.90, "as kvtierd --low_watermark");
 ABSL_FLAG(bool, promote_on_get, true, "as kvtierd --promote_on_get");
@@ -134,6 +152,61 @@ absl::Status RunTwoTier(const std::vector<SimRequest>& reqs, const Options& o, S
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> NodeRemotePages(uint64_t page_bytes) {
+  std::string text = absl::GetFlag(FLAGS_remote_node_pages);
+  if (text.empty()) {
+    if (page_bytes == 0) return uint64_t{1} << 40;  // page counts only: no limit
+    text = "64GiB";
+  }
+  ASSIGN_OR_RETURN(CapacitySpec spec, ParseCapacity(text));
+  return ResolveRecords(spec, page_bytes);
+}
+
+// The node's tiers, and one node with `nodes` times their capacity.
+absl::Status NodeTiers(const Options& o, uint32_t nodes, ClusterStudyConfig& c) {
+  ASSIGN_OR_RETURN(CapacitySpec h, ParseCapacity(absl::GetFlag(FLAGS_host_pages)));
+  ASSIGN_OR_RETURN(CapacitySpec n, ParseCapacity(absl::GetFlag(FLAGS_nvme_pages)));
+  c.node = c.big = o.replay;
+  ASSIGN_OR_RETURN(c.node.host, ResolveTier(h, o.page_bytes, o.slab_bytes, 64));
+  ASSIGN_OR_RETURN(c.node.nvme, ResolveTier(n, o.page_bytes, o.slab_bytes, 4096));
+  c.host_label = h.label;
+  c.nvme_label = n.label;
+  c.big_label = absl::StrCat(nodes, "x (", h.label, " + ", n.label, ")");
+  h.value *= nodes;
+  n.value *= nodes;
+  ASSIGN_OR_RETURN(c.big.host, ResolveTier(h, o.page_bytes, o.slab_bytes, 64));
+  ASSIGN_OR_RETURN(c.big.nvme, ResolveTier(n, o.page_bytes, o.slab_bytes, 4096));
+  return absl::OkStatus();
+}
+
+absl::Status RunCluster(const std::vector<SimRequest>& reqs, const Options& o, SimReport& rep) {
+  const std::string remote = absl::GetFlag(FLAGS_remote_pages);
+  const int32_t nodes = absl::GetFlag(FLAGS_nodes);
+  if (nodes < 1) return absl::InvalidArgumentError("--nodes must be >= 1");
+  if (remote.empty() && nodes == 1) return absl::OkStatus();
+  if (absl::GetFlag(FLAGS_host_pages).empty()) {
+    return absl::InvalidArgumentError("--remote_pages and --nodes need --host_pages and --nvme_pages");
+  }
+  ClusterStudyConfig c;
+  c.nodes = static_cast<uint32_t>(nodes);
+  RETURN_IF_ERROR(NodeTiers(o, c.nodes, c));
+  ASSIGN_OR_RETURN(c.node_remote_pages, NodeRemotePages(o.page_bytes));
+  if (!remote.empty()) {
+    ASSIGN_OR_RETURN(std::vector<CapacitySpec> caps, ParseCapacityList(remote));
+    for (const CapacitySpec& spec : caps) {
+      ASSIGN_OR_RETURN(uint64_t pages, ResolveRecords(spec, o.page_bytes));
+      c.remote.push_back({spec.label, pages});
+    }
+  }
+  for (absl::string_view a :
+       absl::StrSplit(absl::GetFlag(FLAGS_remote_admission), ',', absl::SkipWhitespace())) {
+    ASSIGN_OR_RETURN(RemoteAdmission admission, ParseRemoteAdmission(a));
+    c.admissions.push_back(admission);
+  }
+  ASSIGN_OR_RETURN(rep.cluster, RunClusterStudy(reqs, c));
+  return absl::OkStatus();
+}
+
 absl::Status Main() {
   const absl::Time start = absl::Now();
   ASSIGN_OR_RETURN(Options o, OptionsFromFlags());
@@ -160,6 +233,7 @@ absl::Status Main() {
   for (const SimRequest& r : reqs) rep.decode_pages += o.replay.decode ? r.decode.size() : 0;
   RETURN_IF_ERROR(RunCapacities(reqs, o, rep));
   RETURN_IF_ERROR(RunTwoTier(reqs, o, rep));
+  RETURN_IF_ERROR(RunCluster(reqs, o, rep));
   rep.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::fputs(FormatReport(rep).c_str(), stdout);
   std::fflush(stdout);
@@ -183,7 +257,8 @@ int main(int argc, char** argv) {
       "(accounting only: no daemon, no bytes) at each capacity asked for, next to Belady's "
       "optimum and the infinite-cache bound; prints a table, writes JSON and a PNG plot.\n"
       "  kvtier-sim --trace=SPEC [--capacities=1k,4k,16k,32k] [--page_bytes=1MiB] "
-      "[--host_pages=N --nvme_pages=M] [--json_out=F] [--plot=F.png]");
+      "[--host_pages=N --nvme_pages=M [--nodes=K] [--remote_pages=CAP[,CAP...] "
+      "--remote_admission=all|reused|put[,...]]] [--json_out=F] [--plot=F.png]");
   absl::Status st = kvtier::sim::Main();
   if (!st.ok()) {
     std::fprintf(stderr, "kvtier-sim: %s\n", std::string(st.message()).c_str());

@@ -10,6 +10,16 @@ double SimResult::tier_rate(const std::string& tier) const {
   return 0;
 }
 
+void RemoteCounters::Add(const RemoteCounters& o) {
+  reads += o.reads;
+  read_misses += o.read_misses;
+  writes += o.writes;
+  write_through += o.write_through;
+  exists += o.exists;
+  adopted += o.adopted;
+  deletes += o.deletes;
+}
+
 PageKey KeyForPage(uint64_t id) {
   PageKey k;
   const uint64_t hi = ~id;

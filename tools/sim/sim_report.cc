@@ -15,30 +15,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "tools/sim/cluster_report.h"
 
 namespace kvtier::sim {
 namespace {
 
 std::string Pct(double rate) { return absl::StrFormat("%6.2f%%", 100 * rate); }
-
-nlohmann::json ResultJson(const SimResult& r) {
-  nlohmann::json j = {{"policy", r.policy},     {"capacity_pages", r.capacity_pages},
-                      {"requests", r.requests}, {"refs", r.refs},
-                      {"hits", r.hits},         {"hit_rate", r.hit_rate()},
-                      {"seconds", r.seconds}};
-  if (r.policy == "lru") {
-    for (const TierHits& t : r.tier_hits) {
-      j["tier_hits"][t.tier] = t.hits;
-      j["tier_hit_rate"][t.tier] = r.tier_rate(t.tier);
-    }
-    j["evictions"] = r.evictions;
-    j["demotions"] = r.demotions;
-    j["promotions"] = r.promotions;
-    j["dropped"] = r.dropped;
-    j["not_stored"] = r.not_stored;
-  }
-  return j;
-}
 
 // A gnuplot single-quoted string: a quote inside is written twice.
 std::string GpQuote(const std::string& s) {
@@ -56,6 +38,32 @@ std::string FindOnPath(const std::string& name) {
 }
 
 }  // namespace
+
+nlohmann::json ResultJson(const SimResult& r) {
+  nlohmann::json j = {{"policy", r.policy},     {"capacity_pages", r.capacity_pages},
+                      {"requests", r.requests}, {"refs", r.refs},
+                      {"hits", r.hits},         {"hit_rate", r.hit_rate()},
+                      {"seconds", r.seconds}};
+  if (r.policy == "lru") {
+    for (const TierHits& t : r.tier_hits) {
+      j["tier_hits"][t.tier] = t.hits;
+      j["tier_hit_rate"][t.tier] = r.tier_rate(t.tier);
+    }
+    j["evictions"] = r.evictions;
+    j["demotions"] = r.demotions;
+    j["promotions"] = r.promotions;
+    j["dropped"] = r.dropped;
+    j["not_stored"] = r.not_stored;
+    if (j["tier_hits"].contains("remote")) {
+      const RemoteCounters& c = r.remote;
+      j["remote"] = {{"reads", c.reads},       {"read_misses", c.read_misses},
+                     {"writes", c.writes},     {"write_through", c.write_through},
+                     {"exists", c.exists},     {"adopted", c.adopted},
+                     {"deletes", c.deletes}};
+    }
+  }
+  return j;
+}
 
 std::string FormatReport(const SimReport& rep) {
   std::string out = absl::StrFormat(
@@ -84,6 +92,7 @@ std::string FormatReport(const SimReport& rep) {
         tt.lru.dropped, tt.host_pages + tt.nvme_pages, Pct(tt.belady.hit_rate()),
         Pct(rep.infinite.hit_rate()));
   }
+  if (rep.cluster.has_value()) absl::StrAppend(&out, "\n", FormatCluster(*rep.cluster));
   absl::StrAppendFormat(&out, "\nwall time %.2f s\n", rep.wall_seconds);
   return out;
 }
@@ -112,6 +121,7 @@ nlohmann::json ReportJson(const SimReport& rep) {
                      {"host_pages", tt.host_pages}, {"nvme_pages", tt.nvme_pages},
                      {"lru", ResultJson(tt.lru)},   {"belady", ResultJson(tt.belady)}};
   }
+  if (rep.cluster.has_value()) j["cluster"] = ClusterJson(*rep.cluster);
   return j;
 }
 

@@ -1,5 +1,5 @@
-// kvtier-sim's output: the hit-rate-vs-capacity table, its JSON form, and the
-// PNG plot (gnuplot, fed a generated script on stdin).
+// kvtier-sim's output: the hit-rate-vs-capacity table, the two-tier and
+// remote-tier runs, its JSON form, and the PNG plot (gnuplot, fed a generated script on stdin).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
+#include "tools/sim/cluster_study.h"
 #include "tools/sim/sim.h"
 
 namespace kvtier::sim {
@@ -35,8 +36,13 @@ struct SimReport {
   SimResult infinite;
   std::vector<CapacityRow> rows;
   std::optional<TwoTierRun> two_tier;
+  std::optional<ClusterStudy> cluster;  // --remote_pages
   double wall_seconds = 0;
 };
+
+// One result as JSON (hits by tier and store counters for LRU runs, the
+// remote tier's commands when it had one).
+nlohmann::json ResultJson(const SimResult& r);
 
 std::string FormatReport(const SimReport& report);
 nlohmann::json ReportJson(const SimReport& report);
