@@ -26,3 +26,17 @@ kvtier_stop_all() {
   for p in "${KVTIER_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
   KVTIER_PIDS=()
 }
+
+# kvtier_wait_host PID BYTES: waits (up to 60 s) until daemon PID has faulted
+# in 95% of its BYTES (e.g. 1GiB) host arena, which it populates in the
+# background, so a replay measures copies, not first-touch page faults.
+kvtier_wait_host() {
+  local want_kb have_kb
+  want_kb=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+)(GiB|MiB|KiB)?',sys.argv[1]); \
+print(int(int(m.group(1))*{'GiB':1<<20,'MiB':1<<10,'KiB':1,None:1/1024}[m.group(2)]*95//100))" "$2")
+  for _ in $(seq 600); do
+    have_kb=$(awk '/^RssShmem:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0)
+    [ "${have_kb:-0}" -ge "$want_kb" ] && return 0
+    sleep 0.1
+  done
+}

@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "bench/first_get_bench.h"
+#include "bench/remote_get_bench.h"
 #include "bench/zmq_floor.h"
 #include "kvtier/cli.h"
 
@@ -42,6 +44,13 @@ ABSL_FLAG(std::string, first_get_baseline_endpoint, "",
           "`first_get`: a daemon with --buffer_warmup=false, measured the same way (baseline)");
 ABSL_FLAG(std::string, first_get_sizes, "8MiB,72MiB,256MiB", "`first_get`: fresh buffer sizes");
 ABSL_FLAG(std::string, first_get_page_bytes, "1MiB", "`first_get`: page size");
+ABSL_FLAG(std::string, writer_endpoint, "",
+          "`remote_get`: a daemon on the same cluster that PUTs the pages and EVICTs them into it "
+          "(--endpoint is the reader: --promote_on_get=false --prefetch_lookahead=false)");
+ABSL_FLAG(std::string, remote_seeds, "", "`remote_get`: host:port of cluster nodes, comma-separated");
+ABSL_FLAG(int, remote_pages, 64, "`remote_get`: pages stored in and read from the cluster");
+ABSL_FLAG(std::string, remote_page_bytes, "1MiB", "`remote_get`: page size");
+ABSL_FLAG(std::string, remote_batches, "64,32", "`remote_get`: pages per GET request (and per raw pipeline round)");
 
 namespace kvtier::bench {
 namespace {
@@ -82,6 +91,27 @@ absl::StatusOr<BenchOptions> OptionsFromFlags() {
   return o;
 }
 
+absl::StatusOr<nlohmann::json> RunRemoteGetFromFlags(const BenchOptions& o) {
+#ifdef KVTIER_BENCH_HAVE_HIREDIS
+  RemoteGetOptions r;
+  r.writer_endpoint = absl::GetFlag(FLAGS_writer_endpoint);
+  r.seeds = absl::StrSplit(absl::GetFlag(FLAGS_remote_seeds), ',', absl::SkipWhitespace());
+  r.pages = std::max(1, absl::GetFlag(FLAGS_remote_pages));
+  bool ok = true;
+  r.page_bytes = ParseBytes(absl::GetFlag(FLAGS_remote_page_bytes), &ok);
+  r.batches.clear();
+  for (absl::string_view b : absl::StrSplit(absl::GetFlag(FLAGS_remote_batches), ',')) {
+    uint64_t n = 0;
+    ok = ok && absl::SimpleAtoi(b, &n) && n > 0;
+    r.batches.push_back(n);
+  }
+  if (!ok) return absl::InvalidArgumentError("bad --remote_page_bytes/--remote_batches");
+  return RunRemoteGet(o, r);
+#else
+  return absl::UnimplementedError("kvtier-bench was built without hiredis (libhiredis-dev)");
+#endif
+}
+
 // Targets of docs/BENCHMARKS.md, judged on the medians.
 nlohmann::json JudgeTargets(const nlohmann::json& r) {
   nlohmann::json t = nlohmann::json::array();
@@ -115,6 +145,10 @@ nlohmann::json JudgeTargets(const nlohmann::json& r) {
     }
   if (r.contains("memory"))
     add("daemon RssAnon bytes per indexed page", r["memory"]["rss_anon_bytes_per_page"], "<=", 200);
+  if (r.contains("remote_get"))
+    for (const auto& b : r["remote_get"]["batches"])
+      add(absl::StrCat("remote GET kvtierd/raw hiredis, ", b["batch_pages"].get<size_t>(), " pages/GET"),
+          b["ratio"], ">=", 0.8);
   if (r.contains("first_get"))
     for (const auto& s : r["first_get"]["sizes"])
       add("first/warm GET, fresh " + HumanBytes(s["buffer_bytes"].get<uint64_t>()) + " buffer",
@@ -134,7 +168,7 @@ int Main(const std::vector<std::string>& commands) {
   for (const auto& c : commands)
     if (c != "all" && c != "throughput" && c != "lookup" && c != "lookup_batch" && c != "redis" &&
         c != "memory" &&
-        c != "nvme" && c != "fill" && c != "first_get")
+        c != "nvme" && c != "fill" && c != "first_get" && c != "remote_get")
       return Fail(absl::InvalidArgumentError("unknown section '" + c + "'"));
   nlohmann::json report = {{"options",
                             {{"endpoint", o.endpoint}, {"memory_endpoint", o.memory_endpoint},
@@ -168,7 +202,7 @@ int Main(const std::vector<std::string>& commands) {
     report["memory"] = *r;
   }
   // Not part of `all`: they need a daemon set up for them (scripts/bench_nvme_daemon.sh,
-  // tools/bench/first_get.sh).
+  // tools/bench/first_get.sh, scripts/bench_remote.sh).
   for (const auto& c : commands) {
     if (c == "nvme") {
       auto r = RunNvme(o);
@@ -188,6 +222,11 @@ int Main(const std::vector<std::string>& commands) {
       auto r = RunFirstGet(o, f);
       if (!r.ok()) return Fail(r.status());
       report["first_get"] = *r;
+    }
+    if (c == "remote_get") {
+      auto r = RunRemoteGetFromFlags(o);
+      if (!r.ok()) return Fail(r.status());
+      report["remote_get"] = *r;
     }
     if (c == "fill") {
       bool ok = false;
@@ -220,7 +259,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "measures a running kvtierd for docs/BENCHMARKS.md (each figure a median over "
       "--repeats); scripts/bench.sh starts the daemons and runs everything.\n"
-      "  kvtier-bench [throughput] [lookup] [lookup_batch] [redis] [memory] [nvme] [fill] [first_get] [all] --endpoint=ipc://... "
+      "  kvtier-bench [throughput] [lookup] [lookup_batch] [redis] [memory] [nvme] [fill] [first_get] [remote_get] [all] --endpoint=ipc://... "
       "[--memory_endpoint=...] [--redis=127.0.0.1:PORT] [--json=FILE]");
   if (commands.size() == 2 && commands[0] == "zmq-echo") return kvtier::bench::RunZmqEcho(commands[1]);
   if (commands.empty()) commands.push_back("all");
