@@ -89,6 +89,10 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::Open(absl::string_view e
   }
   int one = 1;
   setsockopt(ctx->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Keep the reply buffer between replies (hiredis's documented maxbuf = 0):
+  // by default it frees a buffer grown past 16 KiB once drained, so every
+  // 1 MiB page would grow it again from scratch.
+  ctx->reader->maxbuf = 0;
   redisEnableKeepAlive(ctx);
   absl::Status auth = Authenticate(*conn, options);
   if (!auth.ok()) return auth;
