@@ -211,6 +211,12 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
   }
   std::string why;
   for (size_t t = 0; t < impl_->tiers.size(); ++t) {
+    // A PUT lands in a local tier. The shared remote tier takes evictions
+    // and write-through copies only: a page landing there straight would
+    // make one commit span two persistent tiers (NVMe and remote), which
+    // CommitAll refuses, and would be this node's page in a cache it does
+    // not control.
+    if (impl_->IsSharedTier(t)) break;
     absl::StatusOr<Slot> slot = impl_->ReserveIn(ns, t, bytes);
     absl::StatusOr<std::optional<Slot>> backup =
         slot.ok() ? impl_->ReserveBackup(ns, t, bytes) : absl::StatusOr<std::optional<Slot>>();

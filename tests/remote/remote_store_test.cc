@@ -321,5 +321,23 @@ TEST_F(RemoteStoreTest, ARemotePageWhoseRecordIsGoneLeavesTheIndexAndIsStoredAga
   EXPECT_EQ(*got, Bytes(kPage, 800));
 }
 
+// A PUT never lands in the shared tier: with RAM and NVMe pinned full, it is
+// refused (before, it took a remote slot, and a batch spanning NVMe and
+// remote failed its commit: "pages of one commit on two persistent tiers").
+TEST_F(RemoteStoreTest, APutNeverLandsInTheRemoteTier) {
+  Open();
+  std::vector<PagePin> pins;
+  for (uint64_t i = 900; i < 940; ++i) {
+    ASSERT_TRUE(Put(*mgr_, ns_, Key(i), PageKey::Zero(), Bytes(kPage, i)).ok()) << i;
+    std::optional<PagePin> pin = mgr_->PinForRead(ns_, Key(i));
+    ASSERT_TRUE(pin.has_value()) << i;
+    EXPECT_NE(pin->tier(), TierKind::kRemote) << i;
+    pins.push_back(*std::move(pin));
+  }
+  absl::StatusOr<ReserveResult> r = mgr_->Reserve(ns_, Key(999), PageKey::Zero(), kPage);
+  EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_EQ(mgr_->Snapshot().tiers[kRemote].pages, 0u);
+}
+
 }  // namespace
 }  // namespace kvtier::tiers
