@@ -1,6 +1,7 @@
 // Progress bar and time-series sampler of kvtier-stress.
 #include "tools/stress/progress.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/str_format.h"
@@ -17,6 +18,8 @@ ProgressMonitor::~ProgressMonitor() { Stop(); }
 
 void ProgressMonitor::Start() {
   start_ = std::chrono::steady_clock::now();
+  start_unix_s_ = std::chrono::duration<double>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -33,9 +36,9 @@ double ProgressMonitor::Elapsed() const {
 }
 
 void ProgressMonitor::Loop() {
-  constexpr auto kRedraw = std::chrono::milliseconds(250);
+  const auto tick = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(250), interval_);
   auto next_sample = std::chrono::steady_clock::now() + interval_;
-  while (!done_.WaitForNotificationWithTimeout(absl::FromChrono(kRedraw))) {
+  while (!done_.WaitForNotificationWithTimeout(absl::FromChrono(tick))) {
     const Sample s = TakeSample(c_, Elapsed(), page_bytes_);
     if (bar_) Draw(s);
     if (std::chrono::steady_clock::now() >= next_sample) {

@@ -1,6 +1,7 @@
 // A background thread that watches a replay's counters: redraws a progress
-// bar on stderr when it is a terminal, and samples the time series for the
-// CSV report every `sample_interval`.
+// bar on stderr when it is a terminal, and samples the time series (cumulative
+// counters; the report turns them into per-interval hit rates) every
+// `sample_interval`.
 #pragma once
 
 #include <chrono>
@@ -22,6 +23,9 @@ class ProgressMonitor {
   void Stop();
   // Valid after Stop().
   const std::vector<Sample>& samples() const { return samples_; }
+  // Wall-clock time of Start(), seconds since the epoch: lines the series up
+  // with outside events (a node killed by a benchmark script).
+  double start_unix_s() const { return start_unix_s_; }
 
  private:
   void Loop();
@@ -33,6 +37,7 @@ class ProgressMonitor {
   const bool bar_;
   const std::chrono::milliseconds interval_;
   std::chrono::steady_clock::time_point start_;
+  double start_unix_s_ = 0;
   absl::Notification done_;
   std::thread thread_;
   std::vector<Sample> samples_;  // written only by the thread until Stop() joins it

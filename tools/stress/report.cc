@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tools/stress/report_parts.h"
 
 namespace kvtier::stress {
 namespace {
@@ -21,31 +23,6 @@ json QuantilesJson(std::vector<double>& v) {
   return {{"count", q.count}, {"p50", q.p50}, {"p90", q.p90}, {"p99", q.p99}, {"max", q.max}};
 }
 
-// Per-tier changes of the daemon's own counters over the run.
-json DaemonTiers(const ReplayResult& r) {
-  json out = json::array();
-  if (!r.before || !r.after) return out;
-  for (const wire::TierStats& a : r.after->tiers()) {
-    wire::TierStats b;
-    for (const wire::TierStats& x : r.before->tiers())
-      if (x.name() == a.name()) b = x;
-    out.push_back({{"name", a.name()}, {"capacity_bytes", a.capacity_bytes()},
-                   {"used_bytes", a.used_bytes()}, {"pages", a.pages()},
-                   {"bytes_in", a.bytes_in() - b.bytes_in()},
-                   {"bytes_out", a.bytes_out() - b.bytes_out()},
-                   {"hits", a.hits() - b.hits()}, {"misses", a.misses() - b.misses()},
-                   {"evictions", a.evictions() - b.evictions()},
-                   {"demotions", a.demotions() - b.demotions()},
-                   {"promotions", a.promotions() - b.promotions()},
-                   {"dropped", a.dropped() - b.dropped()},
-                   {"checksum_errors", a.checksum_errors() - b.checksum_errors()},
-                   {"io_errors", a.io_errors() - b.io_errors()}});
-  }
-  return out;
-}
-
-const char* kTierNames[kTiers] = {"none", "hbm", "host", "nvme"};
-
 json TraceJson(const trace::Trace& t) {
   const trace::TraceSummary s = trace::Summarize(t);
   return {{"source", t.source}, {"prefix_model", t.prefix_model},
@@ -55,17 +32,27 @@ json TraceJson(const trace::Trace& t) {
           {"skipped_lines", t.skipped}};
 }
 
+// One entry per endpoint: its share of the counters and its daemon's tiers.
+json EndpointsJson(const StressOptions& o, const Replayer& replayer, const ReplayResult& res) {
+  json out = json::array();
+  for (size_t e = 0; e < o.endpoints.size(); ++e) {
+    json j = CountersJson(replayer.endpoint_counters(e), replayer.page_bytes());
+    j["endpoint"] = o.endpoints[e].empty() ? "(default)" : o.endpoints[e];
+    j["daemon_tiers"] = e < res.before.size() && e < res.after.size()
+                            ? DaemonTiersJson(res.before[e], res.after[e])
+                            : json::array();
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 }  // namespace
 
 json BuildReport(const StressOptions& o, const trace::Trace& t, const Replayer& replayer,
                  ReplayResult& res) {
   const Counters& c = replayer.counters();
   const uint64_t pb = replayer.page_bytes();
-  json by_tier_rate = json::object(), get_by_tier = json::object();
-  for (size_t i = 1; i < kTiers; ++i) {
-    by_tier_rate[kTierNames[i]] = Ratio(Ld(c.hit_pages_by_tier[i]), Ld(c.pages));
-    get_by_tier[kTierNames[i]] = Ld(c.get_bytes_by_tier[i]);
-  }
+  const json totals = CountersJson(c, pb);
   const uint64_t get_bytes = c.GetBytes(), put_bytes = Ld(c.put_stored) * pb;
   const uint64_t requests = Ld(c.requests);
   json j;
@@ -76,7 +63,10 @@ json BuildReport(const StressOptions& o, const trace::Trace& t, const Replayer& 
                   {"key_salt", absl::StrFormat("%016x", TraceSalt(t))},
                   {"page_bytes_rule", kPatternRule},
                   {"layout", replayer.layout().DebugString()}, {"page_bytes", pb}};
-  j["run"] = {{"endpoint", o.endpoint.empty() ? "(default)" : o.endpoint},
+  j["endpoints"] = EndpointsJson(o, replayer, res);
+  std::vector<std::string> names;
+  for (const json& e : j["endpoints"]) names.push_back(e["endpoint"].get<std::string>());
+  j["run"] = {{"endpoint", absl::StrJoin(names, ",")}, {"endpoints", names.size()},
               {"tenant", o.tenant}, {"concurrency", o.concurrency},
               {"time_scale", o.time_scale}, {"batch_pages", o.batch_pages}, {"prefetch_ahead", o.prefetch_ahead},
               {"decode", o.decode}, {"stopped_early", res.stopped_early}};
@@ -88,15 +78,24 @@ json BuildReport(const StressOptions& o, const trace::Trace& t, const Replayer& 
                 {"misses", Ld(c.pages) - Ld(c.hit_pages)}, {"get_races", Ld(c.get_races)},
                 {"put_stored", Ld(c.put_stored)}, {"put_deduplicated", Ld(c.put_dedup)},
                 {"put_not_stored", Ld(c.put_not_stored)}, {"decode_pages", Ld(c.decode_pages)}};
-  j["hit_rate"] = {{"overall", Ratio(Ld(c.hit_pages), Ld(c.pages))}, {"by_tier", by_tier_rate},
+  j["hit_rate"] = {{"overall", Ratio(Ld(c.hit_pages), Ld(c.pages))},
+                   {"by_tier", totals["hit_rate"]["by_tier"]},
                    {"blocks", Ratio(Ld(c.hit_blocks), Ld(c.blocks))}};
-  j["bytes"] = {{"get_by_tier", get_by_tier}, {"get", get_bytes}, {"put", put_bytes},
-                {"total", get_bytes + put_bytes}};
-  j["daemon_tiers"] = DaemonTiers(res);
+  j["hit_pages_by_tier"] = totals["hit_pages_by_tier"];
+  j["bytes"] = {{"get_by_tier", totals["get_bytes_by_tier"]}, {"get", get_bytes},
+                {"put", put_bytes}, {"total", get_bytes + put_bytes}};
+  j["remote_get_share"] = totals["remote_get_share"];
+  j["remote_hit_share"] = totals["remote_hit_share"];
+  j["remote_hits_other_endpoint"] = totals["remote_hits_other_endpoint"];
+  std::vector<json> per_daemon;
+  for (const json& e : j["endpoints"]) per_daemon.push_back(e["daemon_tiers"]);
+  j["daemon_tiers"] = SumDaemonTiers(per_daemon);
   j["latency_us"] = {{"lookup", QuantilesJson(res.latencies.lookup_us)},
                      {"get", QuantilesJson(res.latencies.get_us)},
                      {"put", QuantilesJson(res.latencies.put_us)}};
+  j["series"] = SeriesJson(res.samples, res.series_interval_ms, res.series_start_unix_s);
   j["errors"] = Ld(c.errors);
+  j["failed_requests"] = Ld(c.errors);
   j["corrupt_pages"] = Ld(c.corrupt_pages);
   j["error_samples"] = res.error_samples;
   j["ok"] = Ld(c.errors) == 0 && Ld(c.corrupt_pages) == 0 && !res.stopped_early;
@@ -142,35 +141,77 @@ std::string FormatTraffic(const json& j) {
                         j["requests_per_s"].get<double>());
   const json& p = j["pages"];
   const json& hr = j["hit_rate"];
-  absl::StrAppendFormat(&s, "  hit rate       %s of %d pages (blocks %s): hbm %s, host %s, nvme %s\n",
+  absl::StrAppendFormat(&s,
+                        "  hit rate       %s of %d pages (blocks %s): hbm %s, host %s, "
+                        "nvme %s, remote %s\n",
                         Pct(hr["overall"]), p["looked_up"].get<uint64_t>(), Pct(hr["blocks"]),
                         Pct(hr["by_tier"]["hbm"]), Pct(hr["by_tier"]["host"]),
-                        Pct(hr["by_tier"]["nvme"]));
+                        Pct(hr["by_tier"]["nvme"]), Pct(hr["by_tier"]["remote"]));
   absl::StrAppendFormat(&s, "  bound          infinite cache %s\n",
                         Pct(j["trace"]["infinite_cache_hit_rate"]));
-  absl::StrAppendFormat(&s, "  PUT pages      %d stored, %d deduplicated, %d not stored, %d decode; "
+  absl::StrAppendFormat(&s,
+                        "  PUT pages      %d stored, %d deduplicated, %d not stored, %d decode; "
                         "%d LOOKUP hits gone by the GET\n",
                         p["put_stored"].get<uint64_t>(), p["put_deduplicated"].get<uint64_t>(),
                         p["put_not_stored"].get<uint64_t>(), p["decode_pages"].get<uint64_t>(),
                         p["get_races"].get<uint64_t>());
   const json& b = j["bytes"];
-  absl::StrAppendFormat(&s, "  bytes          GET %s (hbm %s, host %s, nvme %s), PUT %s; %.2f GB/s\n",
+  absl::StrAppendFormat(&s,
+                        "  bytes          GET %s (hbm %s, host %s, nvme %s, remote %s), PUT %s; "
+                        "%.2f GB/s\n",
                         Gb(b["get"]), Gb(b["get_by_tier"]["hbm"]), Gb(b["get_by_tier"]["host"]),
-                        Gb(b["get_by_tier"]["nvme"]), Gb(b["put"]), j["gb_per_s"].get<double>());
-  for (const json& t : j["daemon_tiers"])
-    absl::StrAppendFormat(&s, "  daemon %-7s  in %s, out %s, evictions %d, demotions %d, "
-                          "promotions %d, dropped %d, checksum errors %d\n",
+                        Gb(b["get_by_tier"]["nvme"]), Gb(b["get_by_tier"]["remote"]), Gb(b["put"]),
+                        j["gb_per_s"].get<double>());
+  return s;
+}
+
+// The daemons' own tier counters over the run (summed over endpoints).
+std::string FormatDaemonTiers(const json& j) {
+  std::string s;
+  for (const json& t : j["daemon_tiers"]) {
+    absl::StrAppendFormat(&s,
+                          "  daemon %-7s  in %s, out %s, evictions %d, demotions %d, "
+                          "promotions %d, dropped %d, checksum errors %d",
                           t["name"].get<std::string>(), Gb(t["bytes_in"]), Gb(t["bytes_out"]),
                           t["evictions"].get<uint64_t>(), t["demotions"].get<uint64_t>(),
                           t["promotions"].get<uint64_t>(), t["dropped"].get<uint64_t>(),
                           t["checksum_errors"].get<uint64_t>());
+    if (t.contains("down_events"))
+      absl::StrAppendFormat(&s, ", corrupt reads %d, missing reads %d, down events %d%s",
+                            t["corrupt_reads"].get<uint64_t>(), t["missing_reads"].get<uint64_t>(),
+                            t["down_events"].get<uint64_t>(),
+                            t["down"].get<bool>() ? " (DOWN)" : "");
+    s += "\n";
+  }
+  return s;
+}
+
+// One line per endpoint (only when there are several), and the series.
+std::string FormatEndpoints(const json& j) {
+  std::string s;
+  if (j["endpoints"].size() > 1)
+    for (const json& e : j["endpoints"]) {
+      const json& hr = e["hit_rate"];
+      absl::StrAppendFormat(
+          &s,
+          "  endpoint       %s: %d requests, %d failed, %d corrupt; hit %s "
+          "(host %s, nvme %s, remote %s); %d remote hits PUT via another "
+          "endpoint\n",
+          e["endpoint"].get<std::string>(), e["requests"].get<uint64_t>(),
+          e["failed_requests"].get<uint64_t>(), e["corrupt_pages"].get<uint64_t>(),
+          Pct(hr["overall"]), Pct(hr["by_tier"]["host"]), Pct(hr["by_tier"]["nvme"]),
+          Pct(hr["by_tier"]["remote"]), e["remote_hits_other_endpoint"].get<uint64_t>());
+    }
+  const json& series = j["series"];
+  absl::StrAppendFormat(&s, "  series         %d points, one per %d ms (hit rate per interval)\n",
+                        series["points"].size(), series["interval_ms"].get<uint64_t>());
   return s;
 }
 
 }  // namespace
 
 std::string FormatReport(const json& j) {
-  std::string s = FormatSetup(j) + FormatTraffic(j);
+  std::string s = FormatSetup(j) + FormatTraffic(j) + FormatDaemonTiers(j) + FormatEndpoints(j);
   for (const char* op : {"lookup", "get", "put"}) {
     const json& q = j["latency_us"][op];
     absl::StrAppendFormat(&s, "  %-6s latency  p50 %.0f us, p90 %.0f, p99 %.0f, max %.0f (%d calls)\n",
@@ -178,7 +219,7 @@ std::string FormatReport(const json& j) {
                           q["p99"].get<double>(), q["max"].get<double>(),
                           q["count"].get<uint64_t>());
   }
-  absl::StrAppendFormat(&s, "  errors         %d\n  corrupt pages  %d\n",
+  absl::StrAppendFormat(&s, "  failed reqs    %d\n  corrupt pages  %d\n",
                         j["errors"].get<uint64_t>(), j["corrupt_pages"].get<uint64_t>());
   for (const json& e : j["error_samples"]) absl::StrAppend(&s, "    ", e.get<std::string>(), "\n");
   absl::StrAppend(&s, "  verdict        ", j["ok"].get<bool>() ? "OK" : "FAILED", "\n");
@@ -193,6 +234,10 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   out.close();
   if (!out) return absl::InternalError(absl::StrCat("writing '", path, "' failed"));
   return absl::OkStatus();
+}
+
+absl::Status WriteSeriesCsv(const std::string& path, const std::vector<Sample>& samples) {
+  return WriteFile(path, SeriesCsv(samples));
 }
 
 absl::Status WriteCsv(const std::string& path, const std::vector<Sample>& samples) {

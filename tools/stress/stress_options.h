@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kvtier/layout.h"
@@ -15,7 +16,10 @@ namespace kvtier::stress {
 
 struct StressOptions {
   std::string trace;               // trace spec (trace::LoadTrace)
-  std::string endpoint;            // empty: the default ipc endpoint
+  // Daemons to replay over: request i goes to endpoints[i % size()], and
+  // every session holds one connection to each. An empty entry is the
+  // default ipc endpoint; never empty itself.
+  std::vector<std::string> endpoints = {""};
   std::string tenant = "default";
   std::string token;
   int concurrency = 1;             // sessions, one thread each
@@ -28,7 +32,9 @@ struct StressOptions {
   uint32_t pages_per_block = 1;
   double time_scale = 0;           // replay time = trace time x scale; 0: as fast as possible
   size_t max_requests = 0;         // 0: the whole trace
-  bool stop_on_error = true;       // parse and replay errors stop the run
+  // Parse errors, failed requests and corrupt pages stop the run; false:
+  // skip the line / count the failure and go on (failover runs need this).
+  bool stop_on_error = true;
   bool decode = true;              // PUT the pages the output completes
   uint32_t batch_pages = 32;       // pages per GET/PUT call (and buffer slots per session)
   // Before serving request i, send a PREFETCH hint for request i+N's pages,

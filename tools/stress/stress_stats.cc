@@ -1,4 +1,5 @@
-// Counters, quantiles and the error log of a replay.
+// Counters, the time series, quantiles, the error log and page owners of a
+// replay.
 #include "tools/stress/stress_stats.h"
 
 #include <algorithm>
@@ -28,6 +29,20 @@ Sample TakeSample(const Counters& c, double elapsed_s, uint64_t page_bytes) {
   return s;
 }
 
+std::vector<SeriesPoint> ToSeries(absl::Span<const Sample> samples) {
+  std::vector<SeriesPoint> out;
+  Sample prev;
+  for (const Sample& s : samples) {
+    out.push_back({.t_s = s.elapsed_s, .requests = s.requests, .failed = s.errors,
+                   .corrupt_pages = s.corrupt_pages,
+                   .interval_requests = s.requests - prev.requests,
+                   .interval_failed = s.errors - prev.errors, .pages = s.pages - prev.pages,
+                   .hit_pages = s.hit_pages - prev.hit_pages});
+    prev = s;
+  }
+  return out;
+}
+
 void Latencies::Merge(const Latencies& o) {
   lookup_us.insert(lookup_us.end(), o.lookup_us.begin(), o.lookup_us.end());
   get_us.insert(get_us.end(), o.get_us.begin(), o.get_us.end());
@@ -54,6 +69,17 @@ void ErrorLog::Record(std::string message) {
 std::vector<std::string> ErrorLog::Kept() const {
   absl::MutexLock lock(&mu_);
   return kept_;
+}
+
+void PutOwners::Claim(absl::Span<const PageKey> keys, uint8_t endpoint) {
+  absl::MutexLock lock(&mu_);
+  for (const PageKey& k : keys) owner_.try_emplace(k, endpoint);
+}
+
+uint8_t PutOwners::Owner(const PageKey& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = owner_.find(key);
+  return it == owner_.end() ? kUnknown : it->second;
 }
 
 }  // namespace kvtier::stress

@@ -1,6 +1,7 @@
 // Figures of a replay: live counters the workers bump (read by the progress
 // bar and the CSV sampler while the run goes on), per-call latencies kept per
-// worker and merged at the end, and the first few error messages.
+// worker and merged at the end, the first few error messages, and which
+// endpoint first PUT each page (to tell cross-daemon remote hits apart).
 #pragma once
 
 #include <array>
@@ -10,12 +11,19 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "kvtier/client.h"
 
 namespace kvtier::stress {
 
-inline constexpr size_t kTiers = 4;  // indexed by TierKind: none, hbm, host, nvme
+inline constexpr size_t kTiers = 5;  // indexed by TierKind: none, hbm, host, nvme, remote
+inline constexpr const char* kTierNames[kTiers] = {"none", "hbm", "host", "nvme", "remote"};
+inline size_t TierIndex(TierKind t) {
+  const size_t i = static_cast<size_t>(t);
+  return i < kTiers ? i : 0;
+}
 
 // Monotonic counters; every field only grows during a run.
 struct Counters {
@@ -27,6 +35,9 @@ struct Counters {
   std::array<std::atomic<uint64_t>, kTiers> hit_pages_by_tier{};  // by LOOKUP's tier
   std::array<std::atomic<uint64_t>, kTiers> get_bytes_by_tier{};  // by GET's served tier
   std::atomic<uint64_t> get_races{0};      // LOOKUP hits gone by the GET (counted as misses)
+  // Hits LOOKUP found on the remote tier (and GET served) whose first PUT
+  // went through another endpoint (another daemon stored them in the cluster).
+  std::atomic<uint64_t> remote_hits_other_endpoint{0};
   std::atomic<uint64_t> put_stored{0};     // pages newly stored
   std::atomic<uint64_t> put_dedup{0};      // pages already present
   std::atomic<uint64_t> put_not_stored{0}; // pages refused for room (chain cut)
@@ -38,6 +49,21 @@ struct Counters {
   uint64_t GetBytes() const;
 };
 
+// Where a session's figures go: the run's totals and the endpoint's own.
+struct CounterPair {
+  Counters* total = nullptr;
+  Counters* endpoint = nullptr;
+  void Add(std::atomic<uint64_t> Counters::*field, uint64_t n) const {
+    Counters::Add(total->*field, n);
+    Counters::Add(endpoint->*field, n);
+  }
+  void AddTier(std::array<std::atomic<uint64_t>, kTiers> Counters::*field, TierKind t,
+               uint64_t n) const {
+    Counters::Add((total->*field)[TierIndex(t)], n);
+    Counters::Add((endpoint->*field)[TierIndex(t)], n);
+  }
+};
+
 // One point of the CSV time series.
 struct Sample {
   double elapsed_s = 0;
@@ -45,6 +71,19 @@ struct Sample {
   uint64_t errors = 0, corrupt_pages = 0;
 };
 Sample TakeSample(const Counters& c, double elapsed_s, uint64_t page_bytes);
+
+// One interval of the hit-rate time series: cumulative requests and failures
+// at its end, and the pages looked up within it (a request's pages count
+// once its GETs are done, before its PUTs).
+struct SeriesPoint {
+  double t_s = 0;  // end of the interval, seconds since the replay started
+  uint64_t requests = 0, failed = 0, corrupt_pages = 0;  // cumulative
+  uint64_t interval_requests = 0, interval_failed = 0, pages = 0, hit_pages = 0;
+  bool has_rate() const { return pages > 0; }
+  double hit_rate() const { return pages ? static_cast<double>(hit_pages) / pages : 0; }
+};
+// Differences of consecutive cumulative samples (the first from zero).
+std::vector<SeriesPoint> ToSeries(absl::Span<const Sample> samples);
 
 // Per-call latencies in microseconds, one set per worker (no sharing).
 struct Latencies {
@@ -69,6 +108,19 @@ class ErrorLog {
  private:
   mutable absl::Mutex mu_;
   std::vector<std::string> kept_ ABSL_GUARDED_BY(mu_);
+};
+
+// The endpoint that first PUT each page; kept only when a run has several.
+class PutOwners {
+ public:
+  static constexpr uint8_t kUnknown = 0xFF;
+  // Records `endpoint` for the keys that have no owner yet.
+  void Claim(absl::Span<const PageKey> keys, uint8_t endpoint);
+  uint8_t Owner(const PageKey& key) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<PageKey, uint8_t> owner_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvtier::stress
