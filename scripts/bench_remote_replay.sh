@@ -18,7 +18,11 @@
 # REMOTE_BYTES (per daemon, 1280MiB: 2 x 1.25 GiB of pages, ~1.25 MiB per
 # 1 MiB value, x2 with replicas: ~6.3 GiB of Redis), REDIS_MAXMEMORY (per
 # node, 1300mb, policy allkeys-lru: a bound, not normally reached),
-# SERIES_INTERVAL_MS (1000), KVTIERD_FLAGS (every daemon), REMOTE_FLAGS (c, d).
+# SERIES_INTERVAL_MS (1000), KVTIERD_FLAGS (every daemon), REMOTE_FLAGS (c, d),
+# SCALE (1): divides the page size and every capacity (host, NVMe) by it,
+# keeping every page count, so hit rates stay comparable while the cluster
+# holds SCALE times fewer bytes (SCALE=4: 256 KiB pages, 256MiB + 1GiB
+# per daemon; size REMOTE_BYTES / REDIS_MAXMEMORY to match).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
@@ -33,6 +37,9 @@ SERIES_INTERVAL_MS="${SERIES_INTERVAL_MS:-1000}"
 KVTIERD_FLAGS="${KVTIERD_FLAGS-}"
 REMOTE_FLAGS="${REMOTE_FLAGS-}"
 OUT="${OUT_DIR:-$BUILD_DIR/remote_replay}"
+SCALE="${SCALE:-1}"
+case "$SCALE" in 1|2|4|8|16) ;; *) echo "SCALE must be 1, 2, 4, 8 or 16" >&2; exit 2 ;; esac
+mib() { echo "$(( $1 / SCALE ))MiB"; }  # mib 1024: 1 GiB at scale 1
 if [ "${NO_BUILD:-0}" != 1 ]; then
   [ -f "$BUILD_DIR/CMakeCache.txt" ] || cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD_DIR" -j2 --target kvtierd kvtierctl kvtier-stress >/dev/null
@@ -40,7 +47,7 @@ fi
 KVTIERD="${KVTIERD:-$BUILD_DIR/daemon/kvtierd}"
 CTL="${KVTIERCTL:-$BUILD_DIR/tools/kvtierctl}"
 STRESS="$BUILD_DIR/tools/stress/kvtier-stress"
-STRESS_ARGS=("$@")
+STRESS_ARGS=(--page_bytes="$(( 1024 / SCALE ))KiB" "$@")
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.csv "$OUT"/*.txt
 
@@ -142,10 +149,10 @@ replay() {
 
 for c in $CONFIGS; do
   case "$c" in
-    a) replay a 2GiB 8GiB 1 ;;
-    b) replay b 1GiB 4GiB 2 ;;
-    c) replay c 1GiB 4GiB 2 remote ;;
-    d) replay d 1GiB 4GiB 2 remote ;;
+    a) replay a "$(mib 2048)" "$(mib 8192)" 1 ;;
+    b) replay b "$(mib 1024)" "$(mib 4096)" 2 ;;
+    c) replay c "$(mib 1024)" "$(mib 4096)" 2 remote ;;
+    d) replay d "$(mib 1024)" "$(mib 4096)" 2 remote ;;
     *) echo "unknown config '$c' (a b c d)" >&2; exit 2 ;;
   esac
 done
