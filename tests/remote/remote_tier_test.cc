@@ -20,12 +20,7 @@ namespace {
 
 constexpr uint64_t kPage = 256 << 10;
 
-PageKey Key(uint64_t i) {
-  PageKey k;
-  for (int b = 0; b < 8; ++b) k.bytes[b] = static_cast<uint8_t>(i >> (8 * b));
-  k.bytes[15] = 0x5a;
-  return k;
-}
+PageKey Key(uint64_t i) { return testing::TestKey(i, 0x5a); }
 
 std::vector<uint8_t> Page(uint64_t n, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "bench_util.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -41,14 +42,12 @@ ABSL_FLAG(uint32_t, suffix_tokens, 0,
 namespace {
 
 using namespace kvtier::decoder;  // NOLINT: a benchmark main
+using bench::Check;
+using bench::Die;
+using bench::Median;
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::time_point a) { return std::chrono::duration<double, std::milli>(Clock::now() - a).count(); }
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 std::vector<uint32_t> BenchPrompt(uint32_t n) {
   std::vector<uint32_t> t(n);
@@ -56,16 +55,6 @@ std::vector<uint32_t> BenchPrompt(uint32_t n) {
   return t;
 }
 
-[[noreturn]] void Die(const absl::Status& st) {
-  absl::FPrintF(stderr, "kvtier-decoder-bench: %s\n", st.ToString());
-  std::exit(1);
-}
-
-template <typename T>
-T Check(absl::StatusOr<T> v) {
-  if (!v.ok()) Die(v.status());
-  return *std::move(v);
-}
 
 std::unique_ptr<DecoderSession> MakeSession(uint32_t pages, const std::string& endpoint) {
   SessionOptions o;

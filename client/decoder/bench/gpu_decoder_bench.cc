@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <map>
 
+#include "bench_util.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -47,25 +48,13 @@ ABSL_FLAG(uint32_t, seeds_new_tokens, 200, "seeds: new tokens");
 namespace {
 
 using namespace kvtier::decoder;  // NOLINT: a benchmark main
+using bench::Check;
+using bench::Die;
+using bench::Median;
 using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::time_point a) { return std::chrono::duration<double, std::milli>(Clock::now() - a).count(); }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-[[noreturn]] void Die(const absl::Status& st) {
-  absl::FPrintF(stderr, "kvtier-gpu-decoder-bench: %s\n", st.ToString());
-  std::exit(1);
-}
-
-template <typename T>
-T Check(absl::StatusOr<T> v) {
-  if (!v.ok()) Die(v.status());
-  return *std::move(v);
-}
 
 void CheckCuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) Die(absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e))));

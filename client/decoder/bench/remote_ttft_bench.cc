@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "bench_util.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
 #include "kvtier.pb.h"
@@ -34,22 +35,10 @@ ABSL_FLAG(std::string, endpoint, "", "node B: restores from the remote tier");
 namespace {
 
 using namespace kvtier::decoder;  // NOLINT: a benchmark main
+using bench::Check;
+using bench::Die;
+using bench::Median;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-[[noreturn]] void Die(const absl::Status& st) {
-  absl::FPrintF(stderr, "kvtier-remote-ttft-bench: %s\n", st.ToString());
-  std::exit(1);
-}
-
-template <typename T>
-T Check(absl::StatusOr<T> v) {
-  if (!v.ok()) Die(v.status());
-  return *std::move(v);
-}
 
 std::vector<uint32_t> BenchPrompt(uint32_t n) {  // as kvtier-decoder-bench's
   std::vector<uint32_t> t(n);
