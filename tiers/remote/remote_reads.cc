@@ -81,8 +81,11 @@ void RemoteTier::ReadAsync(const Slot& slot, void* dst, uint64_t dst_room, ReadD
 
 void RemoteTier::RunReads(size_t worker, std::vector<ReadJob>& batch) {
   std::vector<absl::Status> results(batch.size());
-  for (auto& [link, group] :
+  // Not a structured binding: the VisitGet lambda below captures `group`.
+  for (auto& by_link :
        GroupByLink(batch.size(), [&](size_t i) -> absl::string_view { return batch[i].target.ns; })) {
+    ClusterLink* link = by_link.first;
+    const std::vector<size_t>& group = by_link.second;
     RedisCluster* client = link->Acquire(ClusterLink::kFirstReader + worker);
     if (client == nullptr) {
       for (size_t i : group) results[i] = Miss("the cluster is down", batch[i].target.slot);
