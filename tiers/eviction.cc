@@ -228,7 +228,7 @@ size_t TierManager::Impl::DropAndUnlock(IndexShard& shard, PageEntry* e, size_t 
 bool TierManager::Impl::Admit(const PageEntry* e, size_t t) const {
   const Tier& below = *tiers[t + 1]->tier;
   // NVMe evictions into the remote tier have their own policy.
-  const TierManagerConfig::Admission admission = below.kind() == TierKind::kRemote
+  const TierManagerConfig::Admission admission = IsSharedTier(t + 1)
                                                      ? config.remote_admission
                                                      : config.persistent_admission;
   if (admission == TierManagerConfig::Admission::kAll) return true;

@@ -314,12 +314,9 @@ absl::Status Reservation::Fill(const void* src) {
 void Reservation::PublishRemote(const void* bytes) const {
   const TierManager::Impl& m = *mgr_->impl_;
   if (m.config.remote_admission != TierManagerConfig::Admission::kOnPut) return;
-  const int t = mgr_->TierIndex(TierKind::kRemote);
-  if (t < 0) return;
-  auto* shared = dynamic_cast<SharedTier*>(m.tiers[t]->tier.get());
   const NamespaceState* state = m.Ns(ns_);
-  if (shared == nullptr || state == nullptr) return;
-  shared->Publish(state->name, key_, parent_, bytes, bytes_);
+  if (m.shared == nullptr || state == nullptr) return;
+  m.shared->Publish(state->name, key_, parent_, bytes, bytes_);
 }
 
 bool Reservation::NeedsHostBytes() const {

@@ -17,19 +17,17 @@ uint32_t TierManager::AdoptShared(NamespaceId ns, absl::Span<const PageKey> keys
                                   const PageKey& parent, uint64_t bytes) {
   Impl& m = *impl_;
   NamespaceState* state = m.Ns(ns);
-  const int t = TierIndex(TierKind::kRemote);
-  if (state == nullptr || keys.empty() || bytes == 0 || t < 0) return 0;
+  if (state == nullptr || keys.empty() || bytes == 0 || m.shared == nullptr) return 0;
+  const size_t t = m.shared_tier;
   Tier& tier = *m.tiers[t]->tier;
-  auto* shared = dynamic_cast<SharedTier*>(&tier);
-  if (shared == nullptr) return 0;
-  std::vector<std::optional<Slot>> found = shared->AdoptShared(state->name, keys, bytes);
+  std::vector<std::optional<Slot>> found = m.shared->AdoptShared(state->name, keys, bytes);
   size_t n = 0;
   while (n < found.size() && found[n].has_value()) ++n;
   for (size_t i = n; i < found.size(); ++i)
     if (found[i]) tier.Free(*found[i]);  // past the chain's first gap: useless
   uint32_t adopted = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (!m.AdoptEntry(ns, static_cast<size_t>(t), keys[i], i == 0 ? parent : keys[i - 1],
+    if (!m.AdoptEntry(ns, t, keys[i], i == 0 ? parent : keys[i - 1],
                       *found[i])) {
       for (size_t j = i + 1; j < n; ++j) tier.Free(*found[j]);
       break;

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "tiers/shared_tier.h"
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
@@ -87,6 +88,10 @@ TierManager::Impl::Impl(const TierManagerConfig& c, std::vector<std::unique_ptr<
       backup_tier = i;
       break;
     }
+  }
+  for (size_t i = 0; i < tiers.size() && shared == nullptr; ++i) {
+    shared = dynamic_cast<SharedTier*>(tiers[i]->tier.get());
+    if (shared != nullptr) shared_tier = i;
   }
 }
 

@@ -20,6 +20,8 @@
 
 namespace kvtier::tiers {
 
+class SharedTier;  // shared_tier.h
+
 using Counter = std::atomic<uint64_t>;
 
 struct NamespaceState {
@@ -87,8 +89,12 @@ struct TierManager::Impl {
   // tier, never a backup. tiers.size() when there is none.
   size_t backup_tier = 0;
   bool IsBackupTier(size_t t) const { return t == backup_tier; }
-  // A tier other nodes share (remote): its records outlive this node's slots.
-  bool IsSharedTier(size_t t) const { return tiers[t]->tier->kind() == TierKind::kRemote; }
+  // The tier other nodes share (remote), if any, found once at start: its
+  // records outlive this node's slots, LOOKUP misses look there
+  // (shared_lookup.cc), write-through publishes there (reservation.cc).
+  SharedTier* shared = nullptr;
+  size_t shared_tier = 0;
+  bool IsSharedTier(size_t t) const { return shared != nullptr && t == shared_tier; }
 
   // Pins under the shard lock; Unpin returns true when the caller must free
   // the entry (it was detached and this was the last pin).
