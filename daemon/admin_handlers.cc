@@ -99,11 +99,15 @@ absl::Status Daemon::SubmitEvict(Session& s, const DecodedRequest& d,
   job->request_id = d.request.request_id();
   job->routing_id = routing_id;
   tiers::TierManager* store = store_.get();
+  tiers::SharedCache* shared = shared_.get();
   spdlog::info("EVICT by tenant '{}': namespace '{}', tier {}, {} pages", LogSafe(own), LogSafe(name),
                tier ? tiers::TierName(*tier) : "all (drop)",
                e.all() ? std::string("all") : std::to_string(max_pages));
-  engine_->Submit({[job, store, ns, tier, max_pages] {
+  engine_->Submit({[job, store, shared, ns, tier, max_pages] {
                     auto evicted = store->EvictNamespace(ns, tier, max_pages);
+                    // Pages that left the store for the shared cache are
+                    // there when EVICT returns (the operator's flush to it).
+                    if (shared != nullptr) shared->Drain();
                     if (!evicted.ok()) {
                       job->status = absl::Status(evicted.status().code(),
                                                  absl::StrCat("EVICT: ", evicted.status().message()));

@@ -43,9 +43,11 @@ absl::Status DaemonConfig::Validate() const {
 #ifndef KVTIER_HAVE_REMOTE
     return absl::InvalidArgumentError("--remote_seeds: this kvtierd was built without hiredis");
 #endif
-    if (nvme.capacity_bytes == 0)
-      return absl::InvalidArgumentError("--remote_seeds needs the NVMe tier (--nvme_bytes > 0)");
-    if (remote.capacity_bytes == 0) return absl::InvalidArgumentError("--remote_bytes must be > 0");
+    if (remote.secret_file.empty())
+      return absl::InvalidArgumentError(
+          "--remote_seeds needs --remote_secret_file: every daemon sharing the cluster seals and "
+          "opens its tenants' records with keys derived from the same secret (create one with "
+          "`head -c32 /dev/urandom | xxd -p -c64 > secret && chmod 600 secret`)");
     if (remote.connect_timeout <= absl::ZeroDuration() ||
         remote.command_timeout <= absl::ZeroDuration())
       return absl::InvalidArgumentError("--remote_*_timeout_ms must be > 0");

@@ -16,11 +16,11 @@
 
 namespace kvtier::daemon {
 
-// The remote tier (a Redis Cluster shared by several hosts, below NVMe):
-// plain options here, so the config builds without hiredis.
+// The shared cache (a Redis Cluster every daemon of a fleet shares, beside
+// the store): plain options here, so the config builds without hiredis.
 struct RemoteOptions {
-  std::vector<std::string> seeds;  // "host:port" of any cluster nodes; empty: no remote tier
-  uint64_t capacity_bytes = 64ull << 30;  // bytes this daemon keeps there
+  std::vector<std::string> seeds;  // "host:port" of any cluster nodes; empty: none
+  std::string secret_file;         // the fleet's sealing secret(s) (cache_keys.h)
   absl::Duration connect_timeout = absl::Milliseconds(500);
   absl::Duration command_timeout = absl::Seconds(2);
   // The Redis ACL user of tenants without their own ("redis_user" in the

@@ -2,6 +2,8 @@
 // handlers.cc, STATS in stats.cc.
 #include "daemon/daemon.h"
 
+#include "daemon/completion_poster.h"
+
 #include <grp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,6 +68,7 @@ Daemon::~Daemon() {
   metrics_http_.reset();  // it reads the store
   warmer_.reset();  // its threads may hold a buffer for one chunk
   StopPrefetch();  // waiting GETs hand their copies to the engine first
+  StopSharedCache();  // its callbacks use store_ and the completion socket
   if (engine_) engine_->Shutdown();
   completions_.reset();
   router_.reset();
@@ -76,6 +79,7 @@ Daemon::~Daemon() {
   if (pinned_host_ != nullptr) device_->UnregisterHost(pinned_host_);
   prefetcher_.reset();  // its leases pin pages of store_
   store_.reset();
+  shared_.reset();  // sends what the store published last
 }
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config,
@@ -118,8 +122,9 @@ absl::Status Daemon::Init() {
   } else {
     spdlog::info("nvme tier: disabled (--nvme_bytes=0)");
   }
-  RETURN_IF_ERROR(AddRemoteTier(config_, tenants_, tiers));
-  ASSIGN_OR_RETURN(store_, tiers::TierManager::Create(config_.store, std::move(tiers)));
+  RETURN_IF_ERROR(InitSharedCache());  // before the store, which publishes to it
+  ASSIGN_OR_RETURN(store_,
+                   tiers::TierManager::Create(config_.store, std::move(tiers), shared_.get()));
   for (const Tenant& t : tenants_.tenants()) {
     tiers::NamespaceConfig nc{.name = t.name,
                               .quota_bytes = InheritedQuotas(t.quota_bytes),
@@ -136,6 +141,7 @@ absl::Status Daemon::Init() {
                    absl::ToDoubleMilliseconds(absl::Now() - t0));
   RETURN_IF_ERROR(BindEndpoints());
   ASSIGN_OR_RETURN(engine_, CopyEngine::Create(ctx_, completion_endpoint_, config_.copy_threads));
+  if (shared_) poster_ = std::make_shared<CompletionPoster>(ctx_, completion_endpoint_);
   ASSIGN_OR_RETURN(warmer_, BufferWarmer::Create(config_.warmup));
   RETURN_IF_ERROR(StartMetrics());
   RETURN_IF_ERROR(InitPrefetch());
@@ -256,6 +262,18 @@ Daemon::Frames Daemon::RecvMultipart(zmq::socket_t& socket) {
 
 void Daemon::OnCompletion() {
   Frames frames = RecvMultipart(*completions_);
+  if (IsRedispatch(frames)) {
+    // [routing id, marker, keys fetched, the GET's own frames]: its
+    // fetches are in the store.
+    const std::string routing_id = frames[0].to_string();
+    const auto* fetched = static_cast<const PageKey*>(frames[2].data());
+    fetched_keys_.insert(fetched, fetched + frames[2].size() / sizeof(PageKey));
+    Frames request(std::make_move_iterator(frames.begin() + 3),
+                   std::make_move_iterator(frames.end()));
+    Dispatch(routing_id, request, /*fetched=*/true);
+    fetched_keys_.clear();
+    return;
+  }
   if (frames.size() >= 2) EndPendingRequest(frames[0], frames[1]);
   for (size_t i = 0; i < frames.size(); ++i) {
     auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
@@ -322,8 +340,8 @@ void Daemon::RefuseOversized(const std::string& routing_id, Frames& frames, size
   SendReply(routing_id, Reply{ErrorResponse(request_id, status), {}});
 }
 
-void Daemon::Dispatch(const std::string& routing_id, Frames& frames) {
-  ++requests_;
+void Daemon::Dispatch(const std::string& routing_id, Frames& frames, bool fetched) {
+  if (!fetched) ++requests_;
   const int64_t start_ns = MonotonicNanos();
   replied_ = false;
   std::vector<absl::string_view> views;
@@ -332,11 +350,19 @@ void Daemon::Dispatch(const std::string& routing_id, Frames& frames) {
   uint64_t request_id = 0;
   auto decoded = DecodeRequest(views, &request_id);
   const int type = decoded.ok() ? static_cast<int>(decoded->request.body_case()) : 0;
+  fetched_ = fetched;
   absl::Status status = decoded.ok() ? Route(routing_id, *decoded, frames) : decoded.status();
+  fetched_ = false;
   if (!status.ok()) {
     ++request_errors_;
     spdlog::debug("request {} failed: {}", request_id, LogSafe(status.ToString(), 512));
     SendReply(routing_id, Reply{ErrorResponse(request_id, status), {}});
+  }
+  // A dispatch after a fetch was counted, and its time started, the first
+  // time: an inline reply now ends the pending request.
+  if (fetched) {
+    if (replied_) EndPendingRequest(routing_id, request_id, !status.ok());
+    return;
   }
   EndRequest(routing_id, request_id, type, start_ns, !status.ok());
 }
@@ -355,11 +381,12 @@ absl::Status Daemon::Route(const std::string& routing_id, DecodedRequest& d, Fra
     switch (r.body_case()) {
       case wire::Request::kRegisterBuffer: reply = HandleRegister(*s, d); break;
       case wire::Request::kUnregisterBuffer: reply = HandleUnregister(*s, d); break;
-      case wire::Request::kLookup: reply = HandleLookup(*s, d); break;
-      case wire::Request::kDelete: reply = HandleDelete(*s, d); break;
+      case wire::Request::kLookup: return SubmitLookup(*s, d, routing_id);
+      case wire::Request::kDelete: return SubmitDelete(*s, d, routing_id);
       case wire::Request::kStats: reply = HandleStats(*s, d); break;
       case wire::Request::kPrefetch: reply = HandlePrefetch(*s, d); break;
       case wire::Request::kGet:
+        if (!fetched_ && StartSharedFetch(*s, d, routing_id, frames)) return absl::OkStatus();
         if (r.get().buffer_id() == 0) return SubmitGetInline(*s, d, routing_id);
         return SubmitGet(*s, d, routing_id);
       case wire::Request::kPut: return SubmitPut(*s, d, frames, routing_id);

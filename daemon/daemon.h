@@ -4,7 +4,10 @@
 // Threads: Run() is the frontend thread. It polls the ROUTER socket(s) and an
 // inproc PULL socket of completions; metadata requests (HELLO, LOOKUP,
 // DELETE, STATS, ...) are answered inline; GET/PUT through a registered buffer
-// become copy jobs whose replies come back on the completion socket.
+// become copy jobs whose replies come back on the completion socket. With a
+// shared cache, what must ask the cluster (a LOOKUP's local misses, a GET's
+// fetches, a DELETE's records) is answered through the completion socket
+// too (shared_handlers.cc): the frontend never waits on the network.
 #pragma once
 
 #include <array>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/config.h"
@@ -26,12 +30,14 @@
 #include "daemon/session.h"
 #include "daemon/tenants.h"
 #include "prefetch/prefetcher.h"
+#include "tiers/shared_cache/shared_cache.h"
 #include "tiers/tier_manager.h"
 #include "zmq.hpp"
 
 namespace kvtier::daemon {
 
 struct PolicyGet;  // a GET that depends on prefetch (prefetch_handlers.cc)
+class CompletionPoster;  // replies from the shared cache's threads (shared_handlers.cc)
 
 class Daemon {
  public:
@@ -75,7 +81,9 @@ class Daemon {
   // Drops owner entries of objects no registration holds any more.
   void PruneBufferOwners();
   void OnCompletion();
-  void Dispatch(const std::string& routing_id, Frames& frames);
+  // `fetched`: the GET is dispatched again once its shared-cache fetches
+  // are in the store (shared_handlers.cc); it is not counted twice.
+  void Dispatch(const std::string& routing_id, Frames& frames, bool fetched = false);
   absl::Status Route(const std::string& routing_id, DecodedRequest& d, Frames& frames);
   void SendReply(const std::string& routing_id, Reply reply);
   static Frames ReplyFrames(const std::string& routing_id, Reply reply);
@@ -84,24 +92,43 @@ class Daemon {
   absl::StatusOr<Reply> HandleHello(const std::string& routing_id, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleRegister(Session& s, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleUnregister(Session& s, const DecodedRequest& d);
-  // LOOKUP: one chain, or with Lookup.chain_lengths many (HandleLookupBatch);
-  // both inline on the frontend (metadata only).
-  absl::StatusOr<Reply> HandleLookup(Session& s, const DecodedRequest& d);
-  absl::StatusOr<Reply> HandleLookupBatch(Session& s, const DecodedRequest& d);
+  // LOOKUP: one chain, or with Lookup.chain_lengths many; inline on the
+  // frontend (metadata only), unless chains go on in the shared cache: then
+  // answered once it has (SubmitLookup).
   struct ChainLookup {
     uint32_t hits = 0;         // leading hits (with a lease: leading pages held)
     uint32_t prefetching = 0;  // of those, queued by the lookahead
     uint32_t leased = 0;       // with a lease: == hits
+    std::string tiers;         // the tier of each hit (tiers::TierKind values)
+    std::vector<PageKey> ask;  // the keys after the local hits, for the shared cache
   };
-  // One chain of either form; appends the tier of each hit to `tiers`.
+  struct LookupPlan {
+    uint64_t request_id = 0;
+    bool batched = false;
+    std::vector<ChainLookup> chains;
+  };
   absl::StatusOr<ChainLookup> LookupChain(const Session& s, absl::Span<const PageKey> chain,
-                                          uint32_t lease_ms, std::string& tiers);
+                                          uint32_t lease_ms);
+  absl::StatusOr<LookupPlan> PlanLookup(const Session& s, const DecodedRequest& d);
+  static Reply BuildLookupReply(const LookupPlan& plan);
+  absl::Status SubmitLookup(Session& s, const DecodedRequest& d, const std::string& routing_id);
   // The chain a batched LOOKUP is looking up now (frontend thread only).
   std::vector<PageKey> chain_scratch_;
   // By tiers::TierKind value: pages there are below the prefetch target, so
   // a LOOKUP hit there starts the lookahead (set by InitPrefetch).
   std::array<bool, 5> below_prefetch_target_{};  // kNone .. kRemote
-  absl::StatusOr<Reply> HandleDelete(Session& s, const DecodedRequest& d);
+  // DELETE: local pages at once; with a shared cache the reply waits for
+  // the cluster to forget the tenant's records of the keys.
+  absl::Status SubmitDelete(Session& s, const DecodedRequest& d, const std::string& routing_id);
+  // A GET with keys missing here and a shared cache: fetches them into
+  // ordinary PUT reservations, then dispatches the GET again. False when
+  // there is nothing to fetch (the GET goes on now).
+  bool StartSharedFetch(Session& s, const DecodedRequest& d, const std::string& routing_id,
+                        Frames& frames);
+  // The shared cache and the poster of its replies (shared_handlers.cc).
+  absl::Status InitSharedCache();
+  void StopSharedCache();
+  void FillSharedCacheStats(wire::StatsReply* out) const;
   absl::StatusOr<Reply> HandleStats(Session& s, const DecodedRequest& d);
   // Inline GET: answered at once when every page is in RAM, else by a copy
   // job (handlers.cc).
@@ -137,6 +164,7 @@ class Daemon {
   void EndRequest(const std::string& routing_id, uint64_t request_id, int type, int64_t start_ns,
                   bool failed);
   void EndPendingRequest(const zmq::message_t& routing_id, const zmq::message_t& header);
+  void EndPendingRequest(absl::string_view routing_id, uint64_t request_id, bool failed);
 
   DaemonConfig config_;
   DeviceOptions device_options_;
@@ -145,6 +173,10 @@ class Daemon {
   std::shared_ptr<tiers::hbm::Device> device_;  // null with --hbm_device=none
   std::string device_desc_ = "none";
   void* pinned_host_ = nullptr;  // host arena registered with device_
+  // Outlives store_ (the store publishes to it); StopSharedCache ends its
+  // callbacks before store_ and the sockets go.
+  std::unique_ptr<tiers::SharedCache> shared_;
+  std::shared_ptr<CompletionPoster> poster_;
   std::unique_ptr<tiers::TierManager> store_;
   // Holds pins (leases) into store_: shut down and reset before it.
   std::unique_ptr<prefetch::Prefetcher> prefetcher_;
@@ -186,6 +218,11 @@ class Daemon {
   // Request metrics are atomics: the metrics thread reads them.
   RequestMetrics metrics_;
   bool replied_ = false;  // set by SendReply: the request was answered inline
+  bool fetched_ = false;  // the GET being dispatched had its shared-cache fetch
+  // Its keys that came from the shared cache: the reply says "remote" for
+  // them, where the bytes came from (frontend thread only).
+  absl::flat_hash_set<PageKey> fetched_keys_;
+  void MarkFetched(absl::Span<const PageKey> keys, std::string& tiers) const;
   struct PendingRequest {
     int type = 0;
     int64_t start_ns = 0;

@@ -147,27 +147,21 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> Daemon::FindBuffer(Session& s, uin
   return it->second;
 }
 
-// One chain of a LOOKUP: its leading hits (tiers appended to `tiers`), the
+// One chain of a LOOKUP: its leading hits (and their tiers), the
 // lookahead for those on NVMe, and with lease_ms its leases. Shared by the
-// single-chain and the batched form, so both mean the same.
+// single-chain and the batched form, so both mean the same. A chain whose
+// every local hit counts (all leased, with a lease) and that misses after
+// them may go on in the shared cache: its remaining keys are `ask`.
 absl::StatusOr<Daemon::ChainLookup> Daemon::LookupChain(const Session& s,
                                                         absl::Span<const PageKey> chain,
-                                                        uint32_t lease_ms, std::string& tiers) {
+                                                        uint32_t lease_ms) {
   tiers::LookupResult result = store_->Lookup(s.ns, chain);
-  if (result.hits < chain.size() && config_.remote.enabled() && s.page_bytes > 0) {
-    // Cluster-wide reuse: the rest of the chain may be pages another node
-    // put in the remote tier (one existence check per cluster node).
-    const PageKey parent = result.hits > 0 ? chain[result.hits - 1] : PageKey::Zero();
-    const uint32_t more =
-        store_->AdoptShared(s.ns, chain.subspan(result.hits), parent, s.page_bytes);
-    result.tiers.insert(result.tiers.end(), more, tiers::TierKind::kRemote);
-    result.hits += more;
-  }
   ChainLookup out;
   // Lookahead first: a leased page is "merged" for the prefetcher, so it
   // would not be queued for promotion after its lease (holds do not stop a
   // promotion).
   out.prefetching = StartLookahead(s, chain, result);  // NVMe hits start coming up now
+  const uint32_t local = result.hits;
   if (lease_ms > 0 && result.hits > 0) {
     if (!prefetcher_)
       return absl::FailedPreconditionError(
@@ -179,61 +173,61 @@ absl::StatusOr<Daemon::ChainLookup> Daemon::LookupChain(const Session& s,
     result.hits = out.leased;
   }
   out.hits = result.hits;
-  for (uint32_t i = 0; i < out.hits; ++i) tiers.push_back(static_cast<char>(result.tiers[i]));
+  for (uint32_t i = 0; i < out.hits; ++i) out.tiers.push_back(static_cast<char>(result.tiers[i]));
+  if (shared_ != nullptr && s.page_bytes > 0 && out.hits == local && local < chain.size())
+    out.ask.assign(chain.begin() + local, chain.end());
   return out;
 }
 
-absl::StatusOr<Daemon::Reply> Daemon::HandleLookup(Session& s, const DecodedRequest& d) {
-  if (!d.request.lookup().chain_lengths().empty()) return HandleLookupBatch(s, d);
-  Reply reply;
-  auto* lr = reply.response.mutable_lookup();
-  std::string tiers;
-  ASSIGN_OR_RETURN(ChainLookup chain, LookupChain(s, d.keys, d.request.lookup().lease_ms(), tiers));
-  lr->set_hits(chain.hits);
-  lr->set_tiers(std::move(tiers));
-  lr->set_prefetching(chain.prefetching);
-  lr->set_leased(chain.leased);
-  return reply;
-}
-
-// A scheduler's waiting queue in one request: chains in order, each exactly
-// as a single-chain LOOKUP (so later chains may find the tenant's lease cap
-// reached by earlier ones). The decoder checked that chain_lengths cuts the
-// packed keys exactly into chains of 1 to kMaxKeysPerRequest keys; each is
-// copied out into chain_scratch_, whose capacity outlives the request.
-absl::StatusOr<Daemon::Reply> Daemon::HandleLookupBatch(Session& s, const DecodedRequest& d) {
+// Both forms of LOOKUP: every chain looked up locally, in order (so later
+// chains of a batch may find the tenant's lease cap reached by earlier
+// ones). The decoder checked that chain_lengths cuts the packed keys
+// exactly into chains of 1 to kMaxKeysPerRequest keys; each is copied out
+// into chain_scratch_, whose capacity outlives the request.
+absl::StatusOr<Daemon::LookupPlan> Daemon::PlanLookup(const Session& s, const DecodedRequest& d) {
   const wire::Lookup& l = d.request.lookup();
+  LookupPlan plan;
+  plan.request_id = d.request.request_id();
+  plan.batched = !l.chain_lengths().empty();
+  if (!plan.batched) {
+    ASSIGN_OR_RETURN(ChainLookup chain, LookupChain(s, d.keys, l.lease_ms()));
+    plan.chains.push_back(std::move(chain));
+    return plan;
+  }
   const char* packed = l.keys().data();
-  Reply reply;
-  auto* lr = reply.response.mutable_lookup();
-  lr->mutable_chain_hits()->Reserve(l.chain_lengths_size());
-  lr->mutable_chain_prefetching()->Reserve(l.chain_lengths_size());
-  std::string* tiers = lr->mutable_tiers();
-  tiers->reserve(l.keys().size() / kPageKeyBytes);
-  uint64_t hits = 0, prefetching = 0, leased = 0;
+  plan.chains.reserve(l.chain_lengths_size());
   for (const uint32_t n : l.chain_lengths()) {
     chain_scratch_.resize(n);
     std::memcpy(chain_scratch_.data(), packed, size_t{n} * kPageKeyBytes);
     packed += size_t{n} * kPageKeyBytes;
-    ASSIGN_OR_RETURN(ChainLookup chain, LookupChain(s, chain_scratch_, l.lease_ms(), *tiers));
-    lr->add_chain_hits(chain.hits);
-    lr->add_chain_prefetching(chain.prefetching);
-    hits += chain.hits;
-    prefetching += chain.prefetching;
-    leased += chain.leased;
+    ASSIGN_OR_RETURN(ChainLookup chain, LookupChain(s, chain_scratch_, l.lease_ms()));
+    plan.chains.push_back(std::move(chain));
+  }
+  return plan;
+}
+
+Daemon::Reply Daemon::BuildLookupReply(const LookupPlan& plan) {
+  Reply reply;
+  auto* lr = reply.response.mutable_lookup();
+  std::string* tiers = lr->mutable_tiers();
+  uint64_t hits = 0, prefetching = 0, leased = 0;
+  for (const ChainLookup& c : plan.chains) {
+    if (plan.batched) {
+      lr->add_chain_hits(c.hits);
+      lr->add_chain_prefetching(c.prefetching);
+    }
+    tiers->append(c.tiers);
+    hits += c.hits;
+    prefetching += c.prefetching;
+    leased += c.leased;
   }
   // At most kMaxLookupBatchKeys each: they fit.
   lr->set_hits(static_cast<uint32_t>(hits));
   lr->set_prefetching(static_cast<uint32_t>(prefetching));
   lr->set_leased(static_cast<uint32_t>(leased));
-  return reply;
-}
-
-absl::StatusOr<Daemon::Reply> Daemon::HandleDelete(Session& s, const DecodedRequest& d) {
-  uint32_t deleted = 0;
-  for (const PageKey& k : d.keys) deleted += store_->Delete(s.ns, k) ? 1 : 0;
-  Reply reply;
-  reply.response.mutable_delete_()->set_deleted(deleted);
+  reply.response.set_version(kProtocolVersion);
+  reply.response.set_request_id(plan.request_id);
+  reply.response.set_code(wire::OK);
   return reply;
 }
 
@@ -304,6 +298,7 @@ absl::Status Daemon::SubmitGetInline(Session& s, const DecodedRequest& d,
     in_ram = in_ram && job->src[i] != nullptr;
     job->pins[i] = *std::move(pin);
   }
+  MarkFetched(d.keys, job->tiers);
   // Before any promotion: a lease's pin would make the page look busy.
   if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys);
   if (in_ram) {

@@ -42,13 +42,13 @@ ABSL_FLAG(int, prefetch_lease_ms, 2000, "how long a prefetched page stays pinned
 ABSL_FLAG(int, prefetch_deadline_ms, 1000, "a lookahead promotion not started within this is dropped");
 ABSL_FLAG(std::string, prefetch_max_pinned, "0", "bytes prefetch may hold pinned (leases + in flight); 0 = a quarter of the host tier");
 ABSL_FLAG(std::string, nvme_admission, "all", "which host evictions are written to NVMe: all, or reused (pages read or PUT again since stored)");
-ABSL_FLAG(std::string, remote_seeds, "", "remote tier below NVMe: host:port of Redis Cluster nodes, comma-separated (any nodes of the cluster; loopback in tests); empty: no remote tier");
-ABSL_FLAG(std::string, remote_bytes, "64GiB", "bytes of pages this daemon keeps in the remote tier (its oldest leave, and are deleted, above it)");
-ABSL_FLAG(std::string, remote_admission, "all", "which pages enter the remote tier: all (every NVMe eviction), reused (NVMe evictions read or PUT again since stored), or put (write-through: every PUT's page, at once; NVMe evictions are then dropped)");
-ABSL_FLAG(std::string, remote_user, "", "remote tier: Redis ACL user of tenants without their own \"redis_user\" (empty: the cluster's default user, no AUTH)");
-ABSL_FLAG(std::string, remote_password_file, "", "remote tier: file whose first line is --remote_user's password");
-ABSL_FLAG(int, remote_connect_timeout_ms, 500, "remote tier: connect timeout per node");
-ABSL_FLAG(int, remote_command_timeout_ms, 2000, "remote tier: bound on each socket read/write of a batch");
+ABSL_FLAG(std::string, remote_seeds, "", "shared cache beside the store: host:port of Redis Cluster nodes every daemon of the fleet shares, comma-separated (any nodes of the cluster; loopback in tests); empty: none");
+ABSL_FLAG(std::string, remote_secret_file, "", "shared cache: file (mode 0600) with the fleet's secret, 64 hex digits on a line, and optionally the previous one on a second line during a rotation; every daemon sharing the cluster needs it. Records are sealed per tenant with a key derived from it and the tenant's token (docs/OPERATIONS.md)");
+ABSL_FLAG(std::string, remote_admission, "all", "which pages the shared cache gets: all (every page leaving the store from its last tier), reused (of those, pages read or PUT again since stored), or put (write-through: every PUT's page, at once)");
+ABSL_FLAG(std::string, remote_user, "", "shared cache: Redis ACL user of tenants without their own \"redis_user\" (empty: the cluster's default user, no AUTH)");
+ABSL_FLAG(std::string, remote_password_file, "", "shared cache: file whose first line is --remote_user's password");
+ABSL_FLAG(int, remote_connect_timeout_ms, 500, "shared cache: connect timeout per node");
+ABSL_FLAG(int, remote_command_timeout_ms, 2000, "shared cache: bound on each socket read/write of a batch; a node that exceeds it is skipped (a miss) for a backoff");
 ABSL_FLAG(double, high_watermark, 0.95, "background eviction starts above this fraction of a tier");
 ABSL_FLAG(bool, nvme_reclaim_copies_first, false, "when NVMe needs room, first drop its copies of pages that are also in RAM (more distinct pages cached, but each is written again when RAM evicts it); off: evict NVMe-only pages, LRU");
 ABSL_FLAG(double, clean_fraction, 0.10, "the evictor keeps this fraction of each RAM tier written back to NVMe (clean) ahead of need, so requests make room without disk writes; 0: off");
@@ -100,15 +100,15 @@ absl::StatusOr<uint64_t> BytesFlag(const absl::Flag<std::string>& flag) {
 absl::Status RemoteFromFlags(kvtier::daemon::DaemonConfig& c) {
   using Admission = kvtier::tiers::TierManagerConfig::Admission;
   c.remote.seeds = absl::StrSplit(absl::GetFlag(FLAGS_remote_seeds), ',', absl::SkipWhitespace());
-  ASSIGN_OR_RETURN(c.remote.capacity_bytes, BytesFlag(FLAGS_remote_bytes));
+  c.remote.secret_file = absl::GetFlag(FLAGS_remote_secret_file);
   c.remote.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_remote_connect_timeout_ms));
   c.remote.command_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_remote_command_timeout_ms));
   c.remote.user = absl::GetFlag(FLAGS_remote_user);
   c.remote.password_file = absl::GetFlag(FLAGS_remote_password_file);
   const std::string admission = absl::GetFlag(FLAGS_remote_admission);
-  if (admission == "all") c.store.remote_admission = Admission::kAll;
-  else if (admission == "reused") c.store.remote_admission = Admission::kReusedOnly;
-  else if (admission == "put") c.store.remote_admission = Admission::kOnPut;
+  if (admission == "all") c.store.shared_admission = Admission::kAll;
+  else if (admission == "reused") c.store.shared_admission = Admission::kReusedOnly;
+  else if (admission == "put") c.store.shared_write_through = true;
   else return absl::InvalidArgumentError("--remote_admission must be all, reused or put");
   return absl::OkStatus();
 }

@@ -60,10 +60,6 @@ const std::vector<TierFamily>& TierFamilies() {
       {"kvtier_tier_io_written_bytes_total", "counter", "Bytes copied into the tier's slots.", [](const T& t) { return t.bytes_in; }},
       {"kvtier_tier_io_inflight", "gauge", "Device I/Os in flight (NVMe).", [](const T& t) { return t.io.io_inflight; }},
       {"kvtier_tier_io_errors_total", "counter", "Failed device I/Os (NVMe).", [](const T& t) { return t.io.io_errors; }},
-      {"kvtier_tier_down", "gauge", "1 while the tier's backing is unreachable (remote: the cluster; retried with backoff).", [](const T& t) { return t.io.down; }},
-      {"kvtier_tier_corrupt_reads_total", "counter", "Remote values that failed their record checks (served as misses).", [](const T& t) { return t.io.corrupt_reads; }},
-      {"kvtier_tier_published_total", "counter", "Remote write-through copies stored on PUT.", [](const T& t) { return t.io.published; }},
-      {"kvtier_tier_publish_drops_total", "counter", "Remote write-through copies not stored (queue full, cluster down).", [](const T& t) { return t.io.publish_drops; }},
       {"kvtier_tier_recovered_pages", "gauge", "Pages recovered from the persistent index at start.", [](const T& t) { return t.io.recovered_pages; }},
       {"kvtier_tier_clean_pages", "gauge", "Pages in the tier that also have a durable copy on NVMe.", [](const T& t) { return t.clean_pages; }},
       {"kvtier_tier_cleaned_total", "counter", "Pages written back ahead of need by the cleaner.", [](const T& t) { return t.cleaned; }},
@@ -189,6 +185,40 @@ void RenderStore(const tiers::StoreSnapshot& snap, Exposition& x) {
     }
 }
 
+// The shared cache beside the store: one series per counter.
+void RenderSharedCache(const tiers::SharedCacheCounters& c, Exposition& x) {
+  struct Row {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t value;
+  };
+  const Row rows[] = {
+      {"kvtier_shared_cache_published_total", "counter", "Records stored in the shared cache.", c.published},
+      {"kvtier_shared_cache_publish_drops_total", "counter", "Pages not stored in the shared cache (queue full, node down, no tenant key).", c.publish_drops},
+      {"kvtier_shared_cache_published_bytes_total", "counter", "Page bytes stored in the shared cache.", c.published_bytes},
+      {"kvtier_shared_cache_lookups_total", "counter", "LOOKUPs that asked the shared cache.", c.lookups},
+      {"kvtier_shared_cache_lookup_keys_total", "counter", "Keys the shared cache was asked for.", c.lookup_keys},
+      {"kvtier_shared_cache_lookup_hits_total", "counter", "Keys the shared cache held.", c.lookup_hits},
+      {"kvtier_shared_cache_fetch_keys_total", "counter", "GET keys fetched from the shared cache.", c.fetch_keys},
+      {"kvtier_shared_cache_fetch_hits_total", "counter", "Pages fetched from the shared cache and opened.", c.fetch_hits},
+      {"kvtier_shared_cache_fetch_misses_total", "counter", "Fetched keys the shared cache did not hold.", c.fetch_misses},
+      {"kvtier_shared_cache_fetched_bytes_total", "counter", "Page bytes fetched from the shared cache.", c.fetched_bytes},
+      {"kvtier_shared_cache_io_errors_total", "counter", "Keys answered as misses because a node failed.", c.io_errors},
+      {"kvtier_shared_cache_rejected_total", "counter", "Records not sealed by their tenant's key (forged, another tenant's).", c.rejected},
+      {"kvtier_shared_cache_oversized_total", "counter", "Records larger than their page, refused unread.", c.oversized},
+      {"kvtier_shared_cache_malformed_total", "counter", "Records of the wrong size or format.", c.malformed},
+      {"kvtier_shared_cache_forgotten_total", "counter", "Records deleted from the shared cache by DELETE.", c.forgotten},
+      {"kvtier_shared_cache_forget_errors_total", "counter", "Records DELETE could not delete (node down).", c.forget_errors},
+      {"kvtier_shared_cache_node_down_events_total", "counter", "Times the cluster was found unreachable.", c.node_down_events},
+      {"kvtier_shared_cache_down_nodes", "gauge", "Cluster nodes in backoff now.", c.down_nodes},
+  };
+  for (const Row& r : rows) {
+    x.Family(r.name, r.type, r.help);
+    x.Sample(r.name, "", r.value);
+  }
+}
+
 }  // namespace
 
 std::string EscapeLabel(absl::string_view value) {
@@ -217,11 +247,13 @@ void ReadRss(uint64_t* rss, uint64_t* anon) {
 }
 
 std::string RenderPrometheus(const tiers::StoreSnapshot& snap, const RequestMetrics& requests,
-                             const ProcessFigures& process) {
+                             const ProcessFigures& process,
+                             const std::optional<tiers::SharedCacheCounters>& shared) {
   Exposition x;
   RenderDaemon(requests, process, x);
   RenderRequests(requests, x);
   RenderStore(snap, x);
+  if (shared) RenderSharedCache(*shared, x);
   return x.Take();
 }
 

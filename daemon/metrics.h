@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "daemon/latency.h"
 #include "kvtier.pb.h"
+#include "tiers/shared_cache/shared_cache.h"
 #include "tiers/tier_manager.h"
 
 namespace kvtier::daemon {
@@ -27,7 +29,8 @@ void ReadRss(uint64_t* rss, uint64_t* anon);
 // kvtier_*, labels tier / namespace / type. Namespaces are all of them: the
 // endpoint is for the operator (loopback only).
 std::string RenderPrometheus(const tiers::StoreSnapshot& snap, const RequestMetrics& requests,
-                             const ProcessFigures& process);
+                             const ProcessFigures& process,
+                             const std::optional<tiers::SharedCacheCounters>& shared = std::nullopt);
 
 // One LatencyStats per request type that has been seen.
 void FillLatency(const RequestMetrics& requests, wire::StatsReply* out);

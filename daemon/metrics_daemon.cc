@@ -35,7 +35,9 @@ std::string Daemon::RenderMetrics() const {
   p.version = KVTIER_VERSION;
   p.uptime_s = absl::ToDoubleSeconds(absl::Now() - started_);
   ReadRss(&p.rss_bytes, &p.rss_anon_bytes);
-  return RenderPrometheus(store_->Snapshot(), metrics_, p);
+  std::optional<tiers::SharedCacheCounters> shared;
+  if (shared_) shared = shared_->counters();
+  return RenderPrometheus(store_->Snapshot(), metrics_, p, shared);
 }
 
 void Daemon::EndRequest(const std::string& routing_id, uint64_t request_id, int type,
@@ -54,13 +56,17 @@ void Daemon::EndPendingRequest(const zmq::message_t& routing_id, const zmq::mess
   if (pending_.empty()) return;
   wire::Response r;
   if (!r.ParseFromArray(header.data(), static_cast<int>(header.size()))) return;
-  auto it = pending_.find(
-      PendingKey(absl::string_view(static_cast<const char*>(routing_id.data()), routing_id.size()),
-                 r.request_id()));
+  EndPendingRequest(
+      absl::string_view(static_cast<const char*>(routing_id.data()), routing_id.size()),
+      r.request_id(), r.code() != wire::OK);
+}
+
+void Daemon::EndPendingRequest(absl::string_view routing_id, uint64_t request_id, bool failed) {
+  auto it = pending_.find(PendingKey(routing_id, request_id));
   if (it == pending_.end()) return;
   metrics_.RecordLatency(it->second.type,
                          static_cast<uint64_t>(MonotonicNanos() - it->second.start_ns));
-  if (r.code() != wire::OK) metrics_.CountError(it->second.type);
+  if (failed) metrics_.CountError(it->second.type);
   pending_.erase(it);
 }
 

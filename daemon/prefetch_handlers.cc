@@ -161,8 +161,7 @@ void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& sto
 absl::Status Daemon::InitPrefetch() {
   ASSIGN_OR_RETURN(prefetcher_, prefetch::Prefetcher::Create(config_.prefetch, store_.get()));
   const int target = store_->TierIndex(config_.prefetch.target);
-  for (tiers::TierKind k : {tiers::TierKind::kHbm, tiers::TierKind::kHost, tiers::TierKind::kNvme,
-                            tiers::TierKind::kRemote})
+  for (tiers::TierKind k : {tiers::TierKind::kHbm, tiers::TierKind::kHost, tiers::TierKind::kNvme})
     below_prefetch_target_[static_cast<size_t>(k)] = store_->TierIndex(k) > target;
   return absl::OkStatus();
 }
@@ -276,6 +275,7 @@ void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
     job->tiers[i] = static_cast<char>(pin->tier());
     job->pins[i] = *std::move(pin);
   }
+  MarkFetched(job->keys, job->tiers);
   // The pages reported missing now come up for a retry.
   if (!below.empty())
     prefetcher_->Schedule(job->ns, below, prefetch::Hint{});

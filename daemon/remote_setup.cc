@@ -1,5 +1,5 @@
-// AddRemoteTier (remote_setup.h). Without hiredis the build has no remote
-// tier and DaemonConfig::Validate refuses --remote_seeds.
+// CreateSharedCache (remote_setup.h). Without hiredis the build has no
+// shared cache and DaemonConfig::Validate refuses --remote_seeds.
 #include "daemon/remote_setup.h"
 
 #include <fstream>
@@ -10,7 +10,8 @@
 #include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
 #ifdef KVTIER_HAVE_REMOTE
-#include "tiers/remote/remote_tier.h"
+#include "tiers/shared_cache/cache_keys.h"
+#include "tiers/shared_cache/redis_shared_cache.h"
 #endif
 
 namespace kvtier::daemon {
@@ -28,30 +29,35 @@ absl::StatusOr<std::string> FirstLine(const std::string& path) {
 
 }  // namespace
 
-absl::Status AddRemoteTier(const DaemonConfig& config, const TenantRegistry& tenants,
-                           std::vector<std::unique_ptr<tiers::Tier>>& tiers) {
-  if (!config.remote.enabled()) return absl::OkStatus();
+absl::StatusOr<std::unique_ptr<tiers::SharedCache>> CreateSharedCache(
+    const DaemonConfig& config, const TenantRegistry& tenants) {
 #ifdef KVTIER_HAVE_REMOTE
-  tiers::remote::RemoteTierConfig rc;
+  namespace sc = tiers::shared_cache;
+  sc::RedisSharedCacheConfig rc;
   rc.cluster.seeds = config.remote.seeds;
   rc.cluster.user = config.remote.user;
   if (!config.remote.password_file.empty()) {
     ASSIGN_OR_RETURN(rc.cluster.password, FirstLine(config.remote.password_file));
   }
-  for (const Tenant& t : tenants.tenants()) {
-    if (t.redis_user.empty()) continue;
-    rc.ns_credentials[t.name] = {t.redis_user, t.redis_password};
-    spdlog::info("remote tier: tenant '{}' as Redis user '{}'", t.name, t.redis_user);
-  }
   rc.cluster.connect_timeout = config.remote.connect_timeout;
   rc.cluster.command_timeout = config.remote.command_timeout;
-  rc.capacity_bytes = config.remote.capacity_bytes;
+  ASSIGN_OR_RETURN(sc::ClusterSecrets secrets, sc::LoadSecretFile(config.remote.secret_file));
+  for (const Tenant& t : tenants.tenants()) {
+    // The tenant's token is its secret: a same-named tenant with another
+    // token (another fleet, another deployment) derives another key and
+    // reads nothing of this one's.
+    ASSIGN_OR_RETURN(rc.tenant_keys[t.name], sc::DeriveTenantKeys(secrets, t.name, t.token));
+    if (t.redis_user.empty()) continue;
+    rc.ns_credentials[t.name] = {t.redis_user, t.redis_password};
+    spdlog::info("shared cache: tenant '{}' as Redis user '{}'", t.name, t.redis_user);
+  }
+  if (secrets.secrets.size() > 1)
+    spdlog::info("shared cache: {}: records sealed by the previous secret are still opened",
+                 config.remote.secret_file);
   rc.max_page_bytes = config.host.slab_bytes;
-  ASSIGN_OR_RETURN(auto remote, tiers::remote::CreateRemoteTier(rc));
-  spdlog::info("remote tier: {} MiB, {}", remote->capacity_bytes() >> 20, remote->backing());
-  tiers.push_back(std::move(remote));
-  return absl::OkStatus();
+  return sc::CreateRedisSharedCache(rc);
 #else
+  (void)tenants;
   return absl::InvalidArgumentError("--remote_seeds: this kvtierd was built without hiredis");
 #endif
 }

@@ -36,12 +36,6 @@ void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
   out->set_cleaned(t.cleaned);
   out->set_durability_failures(t.durability_failures);
   out->set_frontend_io(t.io.forbidden_io);
-  out->set_down(t.io.down != 0);
-  out->set_down_events(t.io.down_events);
-  out->set_corrupt_reads(t.io.corrupt_reads);
-  out->set_missing_reads(t.io.missing_reads);
-  out->set_published(t.io.published);
-  out->set_publish_drops(t.io.publish_drops);
   if (t.io.class_ios[0] + t.io.class_ios[1] + t.io.class_ios[2] == 0) return;
   for (size_t c = 0; c < tiers::kIoClasses; ++c) {
     wire::IoClassStats* k = out->add_io_classes();
@@ -128,6 +122,7 @@ wire::StatsReply Daemon::BuildStats(const Session& s) const {
   // Latency sums over every namespace's requests: admins only, like the tiers.
   if (admin) FillLatency(metrics_, &out);
   if (admin) FillPrefetchStats(&out);  // daemon-wide, like the tier counters
+  if (admin) FillSharedCacheStats(&out);
   return out;
 }
 

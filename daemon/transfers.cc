@@ -42,6 +42,7 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   std::shared_ptr<GetTransfer> t =
       data_->PlanGet(s.ns, d.keys, s.page_bytes, std::move(buffer),
                      std::vector<uint64_t>(g.offsets().begin(), g.offsets().end()));
+  MarkFetched(d.keys, t->tiers);
   const DataPath* data = data_.get();
   std::vector<CopyEngine::Part> parts;
   for (auto [b, e] : SplitRanges(d.keys.size(), s.page_bytes, engine_->threads()))

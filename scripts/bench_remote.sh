@@ -41,11 +41,14 @@ trap cleanup EXIT
 
 scripts/redis_cluster.sh start "$TMP/cluster"
 SEEDS="$(cat "$TMP/cluster/seeds")"
+# The fleet's sealing secret: both nodes must have the same one.
+(umask 077; head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/secret"; echo >>"$TMP/secret")
 
 # Node A writes, node B reads; separate state dirs, one cluster, the default
 # tenant on both. LOOKUP lookahead off: a LOOKUP moves nothing.
 start_nodes() {  # prefix
-  local common=(--remote_seeds="$SEEDS" --prefetch_lookahead=false --host_bytes=256MiB
+  local common=(--remote_seeds="$SEEDS" --remote_secret_file="$TMP/secret"
+                --prefetch_lookahead=false --host_bytes=256MiB
                 --nvme_bytes=512MiB)
   kvtier_start "$1-a" "${common[@]}" --nvme_dir="$TMP/$1-a-nvme"
   wait_arena
@@ -57,14 +60,14 @@ wait_arena() {
   if declare -F kvtier_wait_host >/dev/null; then kvtier_wait_host "$KVTIER_LAST_PID" 256MiB; fi
 }
 
-remote_line() {  # node: the remote tier's row of kvtierctl stats
+remote_line() {  # node: its shared-cache counters from kvtierctl stats
   "$CTL" --endpoint="ipc://$TMP/$1.sock" stats --json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
-for t in d.get("tiers", d.get("stats", {}).get("tiers", [])):
-    if t["name"] == "remote":
-        print("  remote tier of", sys.argv[1] + ":", {k: t.get(k, 0) for k in
-              ("pages", "hits", "misses", "bytes_out", "corrupt_reads", "missing_reads", "down")})
+c = d.get("shared_cache", d.get("stats", {}).get("shared_cache", {}))
+print("  shared cache of", sys.argv[1] + ":", {k: c.get(k, 0) for k in
+      ("published", "fetch_hits", "fetch_misses", "fetched_bytes", "rejected", "malformed",
+       "io_errors")})
 ' "$1"
 }
 

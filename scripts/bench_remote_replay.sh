@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Two-daemon trace replay with the remote tier (issue 15): replays
+# Two-daemon trace replay with the shared cache (issues 15 and 23): replays
 # tests/data/synthetic_trace.jsonl with kvtier-stress (1 MiB pages, as
 # scripts/replay.sh) in fresh daemons and state dirs per configuration:
-#   a  one daemon, host 2GiB + NVMe 8GiB, no remote tier
-#   b  two daemons, each 1GiB + 4GiB, no remote tier; requests alternate
+#   a  one daemon, host 2GiB + NVMe 8GiB, no shared cache
+#   b  two daemons, each 1GiB + 4GiB, no shared cache; requests alternate
 #   c  as b, both on one loopback Redis Cluster (scripts/redis_cluster.sh)
 #   d  as c, with one master killed (kill -9) at FAILOVER_AT of the replay
 # and prints hit rates, (c)-(a) and (c)-(b) in percentage points, corrupt
-# pages, the remote tier's counters (kvtierctl stats) and, for d, failed
+# pages, the shared cache's counters (kvtierctl stats) and, for d, failed
 # requests and the time until the hit rate is back within 2 pp of its value
 # before the kill. Reports go to $OUT_DIR (default $KVTIER_BUILD_DIR/remote_replay).
 # Extra arguments go to every kvtier-stress run (e.g. --concurrency=2).
@@ -15,14 +15,13 @@
 # Environment: KVTIER_BUILD_DIR (default build), NO_BUILD=1, KVTIER_BENCH_DIR
 # (NVMe files; a real disk; default /tmp), CONFIGS ("a b c d"), FAILOVER (1:
 # run d), FAILOVER_AT (0.4), MAX_REQUESTS (0: the whole trace), TRACE,
-# REMOTE_BYTES (per daemon, 1280MiB: 2 x 1.25 GiB of pages, ~1.25 MiB per
-# 1 MiB value, x2 with replicas: ~6.3 GiB of Redis), REDIS_MAXMEMORY (per
-# node, 1300mb, policy allkeys-lru: a bound, not normally reached),
+# REDIS_MAXMEMORY (per node, 1300mb, policy allkeys-lru: the shared cache's
+# only bound, since its records belong to the cluster, not to a daemon),
 # SERIES_INTERVAL_MS (1000), KVTIERD_FLAGS (every daemon), REMOTE_FLAGS (c, d),
 # SCALE (1): divides the page size and every capacity (host, NVMe) by it,
 # keeping every page count, so hit rates stay comparable while the cluster
 # holds SCALE times fewer bytes (SCALE=4: 256 KiB pages, 256MiB + 1GiB
-# per daemon; size REMOTE_BYTES / REDIS_MAXMEMORY to match).
+# per daemon; size REDIS_MAXMEMORY to match).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
@@ -31,7 +30,6 @@ CONFIGS="${CONFIGS:-a b c d}"
 FAILOVER_AT="${FAILOVER_AT:-0.4}"
 MAX_REQUESTS="${MAX_REQUESTS:-0}"
 TRACE="${TRACE:-tests/data/synthetic_trace.jsonl}"
-REMOTE_BYTES="${REMOTE_BYTES:-1280MiB}"
 REDIS_MAXMEMORY="${REDIS_MAXMEMORY:-1300mb}"
 SERIES_INTERVAL_MS="${SERIES_INTERVAL_MS:-1000}"
 KVTIERD_FLAGS="${KVTIERD_FLAGS-}"
@@ -115,7 +113,8 @@ replay() {
   if [ -n "$remote" ]; then
     start_cluster "$label-cluster"
     # shellcheck disable=SC2206
-    flags+=(--remote_seeds="$(cat "$CLUSTER/seeds")" --remote_bytes="$REMOTE_BYTES" $REMOTE_FLAGS)
+    (umask 077; head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/secret"; echo >>"$TMP/secret")
+    flags+=(--remote_seeds="$(cat "$CLUSTER/seeds")" --remote_secret_file="$TMP/secret" $REMOTE_FLAGS)
   fi
   for i in $(seq "$n"); do
     # shellcheck disable=SC2086
@@ -124,7 +123,7 @@ replay() {
     eps+=("ipc://$TMP/$label$i.sock")
   done
   for i in "${pids[@]}"; do kvtier_wait_host "$i" "$host"; done
-  echo "== $label: $n daemon(s), host $host, NVMe $nvme${remote:+, remote $REMOTE_BYTES each}; load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "== $label: $n daemon(s), host $host, NVMe $nvme${remote:+, shared cache (maxmemory $REDIS_MAXMEMORY per node)}; load $(cut -d' ' -f1-3 /proc/loadavg)"
   local ep_list
   ep_list=$(IFS=,; echo "${eps[*]}")
   set +e

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A loopback Redis Cluster for the remote tier's tests and benchmarks: 3
+# A loopback Redis Cluster for the shared cache's tests and benchmarks: 3
 # masters + 3 replicas on free 127.0.0.1 ports, no persistence, each node in
 # its own folder under <dir>; the seed list goes to <dir>/seeds.
 set -euo pipefail
@@ -14,6 +14,9 @@ Usage: scripts/redis_cluster.sh start|stop|status <dir>
   status  print each node's pid, port, role and cluster_state; exit 1 if any is down
 Environment:
   REDIS_CLUSTER_NODE_TIMEOUT_MS  cluster-node-timeout (default 1000)
+  REDIS_CLUSTER_REPLICA_OBUF_HARD, _SOFT
+                                 replica output-buffer limits (default 2gb, 1gb
+                                 for 120 s): a resync after a hang must fit
   REDIS_CLUSTER_WAIT_S           how long start waits for cluster_state:ok (default 60)
   REDIS_SERVER, REDIS_CLI        the binaries (default: redis-server, redis-cli on PATH)
 EOF
@@ -21,6 +24,8 @@ EOF
 
 NODES=6
 NODE_TIMEOUT_MS="${REDIS_CLUSTER_NODE_TIMEOUT_MS:-1000}"
+REPLICA_OBUF_HARD="${REDIS_CLUSTER_REPLICA_OBUF_HARD:-2gb}"
+REPLICA_OBUF_SOFT="${REDIS_CLUSTER_REPLICA_OBUF_SOFT:-1gb}"
 WAIT_S="${REDIS_CLUSTER_WAIT_S:-60}"
 SERVER="${REDIS_SERVER:-redis-server}"
 CLI="${REDIS_CLI:-redis-cli}"
@@ -62,6 +67,12 @@ cluster-config-file $1/nodes.conf
 cluster-node-timeout $NODE_TIMEOUT_MS
 cluster-replica-validity-factor 0
 cluster-require-full-coverage no
+# A master that was hung (SIGSTOP) and comes back as a replica resyncs in
+# full; under a replay's write load Redis's default replica output-buffer
+# limit (256 MB hard, 64 MB for 60 s) cut that resync four times in a row,
+# and each retry re-sent everything (docs/OPERATIONS.md, "Sizing the
+# cluster"). Sized to the data a node may hold, with room to spare.
+client-output-buffer-limit replica $REPLICA_OBUF_HARD $REPLICA_OBUF_SOFT 120
 save ""
 appendonly no
 shutdown-on-sigterm nosave now

@@ -52,8 +52,8 @@ uint32_t TierManager::Impl::ScanLimit(size_t t) const {
 
 std::optional<VictimFilter> TierManager::Impl::FilterFor(size_t t, EvictMode mode) const {
   if (mode == EvictMode::kMayWrite) return VictimFilter::kAny;
-  // Leaving a persistent tier deletes a record (disk), or demotes to the
-  // remote tier (network): never on the request path.
+  // Leaving a persistent tier deletes a record (disk): never on the
+  // request path.
   if (tiers[t]->tier->persistent()) return std::nullopt;
   if (IsLastTier(t)) return VictimFilter::kAny;
   if (!tiers[t + 1]->tier->persistent()) return VictimFilter::kAny;  // RAM to RAM: a memcpy
@@ -136,6 +136,15 @@ TierManager::Impl::Taken TierManager::Impl::TakeVictim(size_t t, NamespaceId ns,
       continue;
     }
     v.claimed = reserves != nullptr;
+    if (IsLastTier(t) && PublishesOnEviction(e, t, mode)) {
+      // Leaves the store once a copy is in the shared cache: read it
+      // without the lock, under our pin (EvictOne).
+      PinLocked(e);
+      shard.mu.Unlock();
+      v.entry = e;
+      v.publish = true;
+      return v;
+    }
     if (IsLastTier(t) || !Admit(e, t)) {
       if (!IsLastTier(t)) tiers[t]->admission_drops.fetch_add(1, std::memory_order_relaxed);
       const NamespaceId victim_ns = e->ns;
@@ -180,6 +189,10 @@ size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns, EvictMode mode) {
     const Taken v = TakeVictim(t, ns, mode);
     if (v.dropped) return 1;
     if (v.entry == nullptr) return 0;
+    if (v.publish) {
+      if (PublishAndDrop(v, t)) return 1;
+      continue;
+    }
     std::vector<PageMove> one;
     one.push_back(BeginEviction(v, t, mode));
     PersistMoves(one);
@@ -227,13 +240,7 @@ size_t TierManager::Impl::DropAndUnlock(IndexShard& shard, PageEntry* e, size_t 
 
 bool TierManager::Impl::Admit(const PageEntry* e, size_t t) const {
   const Tier& below = *tiers[t + 1]->tier;
-  // NVMe evictions into the remote tier have their own policy.
-  const TierManagerConfig::Admission admission = IsSharedTier(t + 1)
-                                                     ? config.remote_admission
-                                                     : config.persistent_admission;
-  if (admission == TierManagerConfig::Admission::kAll) return true;
-  // Written through on PUT: the cluster holds the page already.
-  if (admission == TierManagerConfig::Admission::kOnPut) return false;
+  if (config.persistent_admission == TierManagerConfig::Admission::kAll) return true;
   if (e->clean() && IsBackupTier(t + 1)) return true;  // already durable there
   if (!below.persistent()) return true;
   return e->flags & PageEntry::kReused;

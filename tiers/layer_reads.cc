@@ -229,7 +229,7 @@ void LayerReadBatch::Complete(size_t u, absl::Status st) {
   }
   PageEntry* e = Entry(p);
   if (!st.ok()) {
-    st = m_.ReadFailed(e, e->tier, std::move(st));
+    // An I/O error: that page's alone.
   } else if (p.sums.empty()) {
     st = m_.VerifyRead(e, e->tier, unit.dst);  // drops the page on a mismatch
   } else if (!VerifyChunks(p.sums, e->slot.bytes, unit.begin, unit.end, unit.dst)) {

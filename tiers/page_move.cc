@@ -241,11 +241,7 @@ bool TierManager::Impl::FinishMove(PageMove& m) {
         break;
     }
     shard.mu.Unlock();
-    if (m.kind == MoveKind::kPromote && IsSharedTier(m.from)) {
-      // The record stays in the cluster for the other nodes (the slot goes,
-      // and with it this node's claim on the record).
-      FreeSlot(m.from, ns, m.old);
-    } else if (m.kind != MoveKind::kClean && !(m.kind == MoveKind::kPromote && m.reuses_backup)) {
+    if (m.kind != MoveKind::kClean && !(m.kind == MoveKind::kPromote && m.reuses_backup)) {
       ReleaseSlot(m.from, ns, m.old, PageMeta{});  // a RAM slot (or a corrupt disk one)
     }
     TierState& from = *tiers[m.from];

@@ -123,7 +123,7 @@ absl::Status PagePin::CopyTo(void* dst) const {
   Tier& tier = *m.tiers[t]->tier;
   RETURN_IF_ERROR(m.KnownCorrupt(entry_));
   if (absl::Status st = tier.Read(entry_->slot, 0, dst, entry_->slot.bytes); !st.ok())
-    return m.ReadFailed(entry_, t, std::move(st));
+    return st;
   return m.VerifyRead(entry_, t, dst);
 }
 
@@ -138,9 +138,6 @@ absl::Status TierManager::Impl::KnownCorrupt(PageEntry* e) {
 
 absl::Status TierManager::Impl::VerifySum(PageEntry* e, size_t t, uint64_t sum) {
   if (sum == e->checksum) return absl::OkStatus();
-  // A page adopted from the remote tier (shared_lookup.cc) has no checksum
-  // of ours: the tier checked its record's (and namespace, key, size).
-  if (e->checksum == 0 && IsSharedTier(t)) return absl::OkStatus();
   return CorruptRead(e, t);
 }
 
@@ -158,11 +155,6 @@ absl::Status TierManager::Impl::VerifyRead(PageEntry* e, size_t t, const void* b
   // wrong bytes.
   if (!tiers[t]->tier->persistent()) return absl::OkStatus();
   return VerifySum(e, t, XXH3_64bits(bytes, e->slot.bytes));
-}
-
-absl::Status TierManager::Impl::ReadFailed(PageEntry* e, size_t t, absl::Status st) {
-  if (absl::IsDataLoss(st) && IsSharedTier(t)) DropCorrupt(e);
-  return st;
 }
 
 PageMeta TierManager::Impl::MetaOf(const PageEntry* e) const {

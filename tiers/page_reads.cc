@@ -174,7 +174,7 @@ void PageReadBatch::Complete(size_t r, absl::Status st) {
   if (rd.move.has_value()) return CompletePromotion(r, std::move(st));
   PageEntry* e = Entry(rd);
   const uint8_t* bytes = rd.bounce.bytes.get();
-  st = st.ok() ? m_.VerifyRead(e, e->tier, bytes) : m_.ReadFailed(e, e->tier, std::move(st));
+  if (st.ok()) st = m_.VerifyRead(e, e->tier, bytes);
   if (st.ok()) {
     Hand(rd.i, bytes);
   } else {

@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "kvtier/test_hooks.h"
 #include "tiers/tier_manager.h"
-#include "tiers/shared_tier.h"
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
@@ -211,12 +210,6 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
   }
   std::string why;
   for (size_t t = 0; t < impl_->tiers.size(); ++t) {
-    // A PUT lands in a local tier. The shared remote tier takes evictions
-    // and write-through copies only: a page landing there straight would
-    // make one commit span two persistent tiers (NVMe and remote), which
-    // CommitAll refuses, and would be this node's page in a cache it does
-    // not control.
-    if (impl_->IsSharedTier(t)) break;
     absl::StatusOr<Slot> slot = impl_->ReserveIn(ns, t, bytes);
     absl::StatusOr<std::optional<Slot>> backup =
         slot.ok() ? impl_->ReserveBackup(ns, t, bytes) : absl::StatusOr<std::optional<Slot>>();
@@ -290,7 +283,11 @@ uint8_t* Reservation::data() {
   return mgr_ == nullptr ? nullptr : mgr_->impl_->tiers[tier_index_]->tier->Address(slot_);
 }
 
-absl::Status Reservation::Fill(const void* src) {
+absl::Status Reservation::Fill(const void* src) { return FillImpl(src, /*publish=*/true); }
+
+absl::Status Reservation::FillFetched(const void* src) { return FillImpl(src, /*publish=*/false); }
+
+absl::Status Reservation::FillImpl(const void* src, bool publish) {
   if (mgr_ == nullptr) return absl::FailedPreconditionError("Fill on an empty Reservation");
   Tier& tier = *mgr_->impl_->tiers[tier_index_]->tier;
   // One copy. The checksum is only needed once the bytes leave this
@@ -302,7 +299,7 @@ absl::Status Reservation::Fill(const void* src) {
     Tier& last = *mgr_->impl_->tiers[mgr_->impl_->backup_tier]->tier;
     if (auto s = last.Write(backup_, 0, src, bytes_); !s.ok()) return s;
   }
-  PublishRemote(src);
+  if (publish) PublishShared(src);
   filled_ = true;
   return absl::OkStatus();
 }
@@ -311,16 +308,23 @@ absl::Status Reservation::Fill(const void* src) {
 // is still the page its key names (keys are prefix hashes), so the record
 // is right either way, and publishing here needs no second read of a page
 // that landed on NVMe.
-void Reservation::PublishRemote(const void* bytes) const {
+void Reservation::PublishShared(const void* bytes) const {
+  if (!PublishesShared()) return;
   const TierManager::Impl& m = *mgr_->impl_;
-  if (m.config.remote_admission != TierManagerConfig::Admission::kOnPut) return;
-  const NamespaceState* state = m.Ns(ns_);
-  if (m.shared == nullptr || state == nullptr) return;
-  m.shared->Publish(state->name, key_, parent_, bytes, bytes_);
+  if (const NamespaceState* state = m.Ns(ns_))
+    m.shared->Publish(state->name, key_, parent_, bytes, bytes_);
 }
 
+bool Reservation::PublishesShared() const {
+  return mgr_ != nullptr && mgr_->impl_->shared != nullptr &&
+         mgr_->impl_->config.shared_write_through;
+}
+
+// A device slot (HBM) has no host address: a page that must be published
+// (or checksummed) is handed over on the host, through Fill.
 bool Reservation::NeedsHostBytes() const {
-  return mgr_ != nullptr && (mgr_->impl_->tiers[tier_index_]->tier->persistent() || has_backup_);
+  return mgr_ != nullptr && (mgr_->impl_->tiers[tier_index_]->tier->persistent() || has_backup_ ||
+                             PublishesShared());
 }
 
 absl::Status Reservation::MarkFilled() {
@@ -328,7 +332,6 @@ absl::Status Reservation::MarkFilled() {
   if (NeedsHostBytes())
     return absl::FailedPreconditionError(
         "MarkFilled: this page needs a checksum or a write-through copy; use Fill");
-  PublishRemote(data());
   filled_ = true;
   return absl::OkStatus();
 }

@@ -41,13 +41,6 @@ struct TierCounters {
   uint64_t recovered_pages = 0; // pages adopted from the index at start
   uint64_t dropped_records = 0; // index records that failed validation at start
   uint64_t forbidden_io = 0;    // I/Os done on a thread in a NoDiskIoScope (a bug; tests assert 0)
-  // Remote tier only (a shared cluster: faults are misses, never errors):
-  uint64_t down = 0;            // 1 while the cluster is unreachable (retried with backoff)
-  uint64_t down_events = 0;     // times it went down
-  uint64_t corrupt_reads = 0;   // values that failed their record checks (served as misses)
-  uint64_t missing_reads = 0;   // values gone from the cluster (its own eviction, or deleted)
-  uint64_t published = 0;       // write-through copies stored on PUT (--remote_admission=put)
-  uint64_t publish_drops = 0;   // write-through copies not stored (queue full, cluster down)
   // Async device I/Os by class (io_class.h) and their summed latency.
   uint64_t class_ios[kIoClasses] = {};
   uint64_t class_latency_us[kIoClasses] = {};

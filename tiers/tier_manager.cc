@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "tiers/shared_tier.h"
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
@@ -57,8 +56,6 @@ absl::Status TierManagerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("max_reserved_fraction ", max_reserved_fraction, " must be in [0, 1]"));
   }
-  if (persistent_admission == Admission::kOnPut)
-    return absl::InvalidArgumentError("write-through on PUT (kOnPut) is a remote admission only");
   return absl::OkStatus();
 }
 
@@ -84,14 +81,10 @@ TierManager::Impl::Impl(const TierManagerConfig& c, std::vector<std::unique_ptr<
   backup_tier = tiers.size();
   for (size_t i = 0; i < tiers.size(); ++i) {
     const Tier& tier = *tiers[i]->tier;
-    if (tier.persistent() && tier.kind() != TierKind::kRemote) {
+    if (tier.persistent()) {
       backup_tier = i;
       break;
     }
-  }
-  for (size_t i = 0; i < tiers.size() && shared == nullptr; ++i) {
-    shared = dynamic_cast<SharedTier*>(tiers[i]->tier.get());
-    if (shared != nullptr) shared_tier = i;
   }
 }
 
@@ -110,7 +103,8 @@ TierManager::Impl::~Impl() {
 }
 
 absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
-    const TierManagerConfig& config, std::vector<std::unique_ptr<Tier>> tiers) {
+    const TierManagerConfig& config, std::vector<std::unique_ptr<Tier>> tiers,
+    SharedCache* shared) {
   if (auto s = config.Validate(); !s.ok()) return s;
   if (tiers.empty() || tiers.size() > 8) {
     return absl::InvalidArgumentError(
@@ -120,6 +114,7 @@ absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
     if (t == nullptr) return absl::InvalidArgumentError("null tier");
   }
   auto impl = std::make_unique<Impl>(config, std::move(tiers));
+  impl->shared = shared;  // before the evictor, which publishes to it
   if (config.start_evictor_thread) impl->StartEvictor();
   return std::unique_ptr<TierManager>(new TierManager(std::move(impl)));
 }

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvtier/page_key.h"
+#include "tiers/shared_cache/shared_cache.h"
 #include "tiers/tier.h"
 
 namespace kvtier::tiers {
@@ -48,15 +49,15 @@ struct TierManagerConfig {
   // Which pages a host eviction writes to a persistent tier: all of them, or
   // only pages that were read or PUT again since they were stored (trades hit
   // rate for SSD wear). The rest are dropped and counted.
-  // kOnPut (remote tier only): write-through, every PUT's page is copied
-  // into the shared remote tier when it is filled (SharedTier::Publish), so
-  // other nodes find it at once; evictions into the remote tier are then
-  // dropped (the cluster has the page already).
-  enum class Admission { kAll, kReusedOnly, kOnPut };
+  enum class Admission { kAll, kReusedOnly };
   Admission persistent_admission = Admission::kAll;
-  // The same choice for pages NVMe evicts into a remote tier below it
-  // (--remote_admission); the rest leave the store.
-  Admission remote_admission = Admission::kAll;
+  // With a shared cache (SetSharedCache): which pages leaving the store from
+  // its last tier are published to it first (the same choice), unless
+  // shared_write_through publishes every PUT's page instead, when it is
+  // filled, so other nodes find it at once (evictions are then not
+  // published again: the cluster has the page already).
+  Admission shared_admission = Admission::kAll;
+  bool shared_write_through = false;
   // Write-through: a PUT that lands in RAM also writes a copy to the
   // persistent tier before it is acknowledged, so a restart finds it; the
   // later demotion of that page is then free (its copy is already there).
@@ -169,7 +170,10 @@ class Reservation {
   absl::Status MarkFilled();
   // Copies `bytes()` bytes from src into the slot (one copy; for a
   // persistent tier also the xxh3-64 checksum). Counts tier bytes_written.
+  // With shared_write_through, also publishes the page to the shared cache.
   absl::Status Fill(const void* src);
+  // Fill for a page fetched from the shared cache: never published back.
+  absl::Status FillFetched(const void* src);
   // Publishes the page (CommitAll of one). True when stored.
   bool Commit();
   // Commits every valid reservation of `rs` with one sync and one index
@@ -186,8 +190,10 @@ class Reservation {
   void Publish();
   // The tier and slot of this page's durable copy, or nullptr when it has none.
   Tier* DurableTier(Slot* slot) const;
-  // Write-through into the shared remote tier (Admission::kOnPut).
-  void PublishRemote(const void* bytes) const;
+  // Write-through into the shared cache (shared_write_through).
+  void PublishShared(const void* bytes) const;
+  absl::Status FillImpl(const void* src, bool publish);
+  bool PublishesShared() const;
   TierManager* mgr_ = nullptr;
   NamespaceId ns_ = 0;
   PageKey key_;
@@ -360,9 +366,14 @@ struct StoreSnapshot {
 
 class TierManager {
  public:
-  // `tiers` ordered highest (fastest) first; at least one.
+  // `tiers` ordered highest (fastest) first; at least one. `shared`: the
+  // shared cache beside the store (shared_cache.h), or nullptr: pages
+  // leaving the last tier are published to it (shared_admission), and PUTs
+  // with shared_write_through. It must outlive the store. Fetching from it
+  // and forgetting records are the daemon's.
   static absl::StatusOr<std::unique_ptr<TierManager>> Create(
-      const TierManagerConfig& config, std::vector<std::unique_ptr<Tier>> tiers);
+      const TierManagerConfig& config, std::vector<std::unique_ptr<Tier>> tiers,
+      SharedCache* shared = nullptr);
   ~TierManager();  // stops the evictor; all pins and reservations must be gone
 
   // Registers a namespace (idempotent by name: returns the existing id and
@@ -375,15 +386,6 @@ class TierManager {
   // Counts leading keys present in `ns`; refreshes their recency tail-first so
   // a chain's ancestors stay more recent than its descendants.
   LookupResult Lookup(NamespaceId ns, absl::Span<const PageKey> keys);
-
-  // Cluster-wide lookup (shared_lookup.cc): looks for `keys` (a chain's
-  // keys past its local hits; `parent` is the key before them) in the
-  // shared remote tier, where other nodes store pages too, and adopts the
-  // leading ones found into the index as remote-tier pages of `bytes`. One
-  // existence check per cluster node touched: network I/O. Returns how
-  // many leading keys are present now (0 without a remote tier).
-  uint32_t AdoptShared(NamespaceId ns, absl::Span<const PageKey> keys, const PageKey& parent,
-                       uint64_t bytes);
 
   // Pins a page for reading and refreshes its recency; nullopt on a miss.
   // Counts a GET hit or miss for the namespace and tier.

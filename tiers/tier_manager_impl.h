@@ -20,8 +20,6 @@
 
 namespace kvtier::tiers {
 
-class SharedTier;  // shared_tier.h
-
 using Counter = std::atomic<uint64_t>;
 
 struct NamespaceState {
@@ -84,17 +82,19 @@ struct TierManager::Impl {
   uint64_t NextStamps(uint64_t n) { return clock.fetch_add(n, std::memory_order_relaxed); }
   bool IsLastTier(size_t t) const { return t + 1 >= tiers.size(); }
   // The tier holding RAM pages' durable copies (cleaning, write-through,
-  // flushes, inclusive promotion): the first persistent tier that is not a
-  // shared remote one (NVMe). A remote tier below it is an ordinary lower
-  // tier, never a backup. tiers.size() when there is none.
+  // flushes, inclusive promotion): the first persistent tier (NVMe).
+  // tiers.size() when there is none.
   size_t backup_tier = 0;
   bool IsBackupTier(size_t t) const { return t == backup_tier; }
-  // The tier other nodes share (remote), if any, found once at start: its
-  // records outlive this node's slots, LOOKUP misses look there
-  // (shared_lookup.cc), write-through publishes there (reservation.cc).
-  SharedTier* shared = nullptr;
-  size_t shared_tier = 0;
-  bool IsSharedTier(size_t t) const { return shared != nullptr && t == shared_tier; }
+  // The shared cache beside the store (Create's), fixed before the evictor starts.
+  SharedCache* shared = nullptr;
+  // Whether a page leaving the store from tier t (the last) in `mode` is
+  // published to the shared cache first (shared_publish.cc).
+  bool PublishesOnEviction(const PageEntry* e, size_t t, EvictMode mode) const;
+  // Reads e (pinned once by the caller, no lock held) from tier t, checks
+  // it, and hands a sealed copy to the shared cache. A page that fails its
+  // checksum is not published (it is dropped anyway).
+  void PublishLeaving(PageEntry* e, size_t t);
 
   // Pins under the shard lock; Unpin returns true when the caller must free
   // the entry (it was detached and this was the last pin).
@@ -144,12 +144,6 @@ struct TierManager::Impl {
   // page (a miss, never wrong bytes) and says so.
   absl::Status CorruptRead(PageEntry* e, size_t t);
   absl::Status VerifyRead(PageEntry* e, size_t t, const void* bytes);
-  // A read of e from tier t failed with `st`. From a shared tier a DataLoss
-  // (the record is gone, corrupt, or the cluster unreachable) drops the
-  // page: LOOKUP must not keep reporting a page no GET can serve, and a
-  // later PUT of the key must store it again rather than deduplicate
-  // against the dead entry (another LOOKUP may adopt it again). Returns st.
-  absl::Status ReadFailed(PageEntry* e, size_t t, absl::Status st);
   // Where a GET promotes the pages it reads under `o` (ReadPage, ReadPages,
   // ReadLayers); nullopt: it does not.
   std::optional<size_t> PromoteTarget(const ReadOptions& o) const {
@@ -159,11 +153,6 @@ struct TierManager::Impl {
   // Whether a page leaving tier t may be written to tier t+1 (admission).
   bool Admit(const PageEntry* e, size_t t) const;
 
-  // Enters a page another node stored in shared tier t (shared_lookup.cc);
-  // false when its quota there refuses it (the slot is freed). A key
-  // present meanwhile keeps its entry (true).
-  bool AdoptEntry(NamespaceId ns, size_t t, const PageKey& key, const PageKey& parent,
-                  const Slot& slot);
 
   // Quotas (reservation.cc).
   bool TryCharge(NamespaceState& ns, size_t t, uint64_t bytes);
@@ -250,6 +239,7 @@ struct TierManager::Impl {
   struct Taken {
     PageEntry* entry = nullptr;  // pinned once by us, for demotion; else nullptr
     bool dropped = false;        // the victim left the store at once
+    bool publish = false;        // entry leaves the store once published (shared cache)
     bool claimed = false;        // entry's bytes hold a reserve claim in its tier
   };
   // The next victim of tier t: dropped at once when it leaves the store,
@@ -257,6 +247,9 @@ struct TierManager::Impl {
   // pressure) respects every namespace's reserve; a namespace's own pick
   // (its quota, an operator's eviction of it) may go below its reserve.
   Taken TakeVictim(size_t t, NamespaceId ns, EvictMode mode);
+  // A victim TakeVictim pinned for publishing: publishes it, then drops it
+  // unless someone else pinned it meanwhile (it stays). True when dropped.
+  bool PublishAndDrop(const Taken& v, size_t t);
   // Which pages of tier t `mode` may evict; nullopt: none (kCleanOnly never
   // evicts from a persistent tier: that deletes records).
   std::optional<VictimFilter> FilterFor(size_t t, EvictMode mode) const;

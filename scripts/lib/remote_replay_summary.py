@@ -14,7 +14,7 @@ BASELINE_S = 10.0
 WINDOW = 3
 TOLERANCE = 0.02
 LABELS = {"a": "(a) 1 daemon, 2GiB+8GiB", "b": "(b) 2 daemons, 1GiB+4GiB each",
-          "c": "(c) (b) + remote tier", "d": "(d) (c) + master killed"}
+          "c": "(c) (b) + shared cache", "d": "(d) (c) + master killed"}
 
 
 def load(path):
@@ -26,18 +26,20 @@ def load(path):
 
 
 def remote_counters(out, label):
-    """Sums the remote tier's kvtierctl counters over the config's daemons."""
-    total = {"corrupt_reads": 0, "missing_reads": 0, "down_events": 0, "hits": 0, "pages": 0}
+    """Sums the shared cache's kvtierctl counters over the config's daemons."""
+    keys = ("published", "lookup_hits", "fetch_hits", "fetch_misses", "rejected", "oversized",
+            "malformed", "io_errors", "node_down_events")
+    total = {k: 0 for k in keys}
     found = False
     for i in (1, 2):
         d = load(os.path.join(out, f"{label}-stats{i}.json"))
         if d is None:
             continue
-        for t in d.get("tiers", d.get("stats", {}).get("tiers", [])):
-            if t.get("name") == "remote":
-                found = True
-                for k in total:
-                    total[k] += int(t.get(k, 0))
+        c = d.get("shared_cache", d.get("stats", {}).get("shared_cache"))
+        if c is not None:
+            found = True
+            for k in total:
+                total[k] += int(c.get(k, 0))
     return total if found else None
 
 
@@ -97,7 +99,7 @@ def main():
             continue
         rc = remote_counters(out, k)
         rss = load_text(os.path.join(out, f"{k}-rss.txt"))
-        print(f"{k}: remote tier (kvtierctl stats, both daemons): {rc}; "
+        print(f"{k}: shared cache (kvtierctl stats, both daemons): {rc}; "
               f"remote hits (LOOKUP tier) on pages PUT via the other daemon {r['remote_hits_other_endpoint']}; "
               f"{rss}")
     failover(out, reports.get("d"), interval_s)

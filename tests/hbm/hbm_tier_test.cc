@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/unit/tiers_test_util.h"
 #include "tiers/hbm/hbm_tier.h"
+#include "tiers/shared_cache/memory_shared_cache.h"
 #include "tiers/nvme/nvme_tier.h"
 
 namespace kvtier::tiers {
@@ -193,6 +194,45 @@ TEST_F(HbmChainTest, MarkFilledPublishesBytesCopiedByDma) {
   EXPECT_TRUE(res.Commit());
   ExpectBytes(3);
   dev_->Free(*client);
+}
+
+}  // namespace
+}  // namespace kvtier::tiers
+
+namespace kvtier::tiers {
+namespace {
+
+// Issue 23, item 2: a device-buffer PUT that lands in HBM with write-through
+// to the shared cache once published the HBM slot's host address (null) and
+// crashed. A reservation that publishes now needs the bytes on the host:
+// MarkFilled refuses it, and Fill publishes exactly the page's bytes.
+TEST(HbmSharedCacheTest, WriteThroughPutLandingInHbmPublishesHostBytes) {
+  auto dev = hbm::CreateEmulatedDevice();
+  std::vector<std::unique_ptr<Tier>> tiers;
+  tiers.push_back(MakeHbm(dev, 16));
+  tiers.push_back(HostTier(16 * kPage, kPage));
+  shared_cache::MemorySharedCache cache;
+  TierManagerConfig config = NoThreadConfig();
+  config.shared_write_through = true;
+  auto m = TierManager::Create(config, std::move(tiers), &cache);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const NamespaceId ns = AddNs(**m, "a");
+  auto r = (*m)->Reserve(ns, Key(1), PageKey::Zero(), kPage);
+  ASSERT_TRUE(r.ok()) << r.status();
+  Reservation& res = r->reservation;
+  ASSERT_EQ(res.tier(), TierKind::kHbm);
+  EXPECT_EQ(res.data(), nullptr);
+  EXPECT_TRUE(res.NeedsHostBytes());
+  EXPECT_TRUE(absl::IsFailedPrecondition(res.MarkFilled()));
+  const std::vector<uint8_t> page = Bytes(kPage, 1);
+  ASSERT_TRUE(res.Fill(page.data()).ok());
+  ASSERT_TRUE(res.Commit());
+  EXPECT_EQ(cache.records(), 1u);
+  std::vector<FetchedPage> got;
+  cache.Fetch("a", {Key(1)}, kPage, [&](std::vector<FetchedPage> p) { got = std::move(p); });
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got[0].status.ok()) << got[0].status;
+  EXPECT_EQ(std::vector<uint8_t>(got[0].bytes.get(), got[0].bytes.get() + kPage), page);
 }
 
 }  // namespace

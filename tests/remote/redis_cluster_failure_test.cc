@@ -1,10 +1,14 @@
 // Integration tests of RedisCluster when nodes fail, each on its own loopback
 // cluster: a master killed (Unavailable until its replica takes over, never a
-// hang), a master hung (SIGSTOP: bounded by the timeouts), the whole cluster
-// gone (every call Unavailable, quickly).
+// hang), a master hung (SIGSTOP: bounded by the timeouts, then failed fast
+// while down, with a doubling backoff), the whole cluster gone (every call
+// Unavailable, quickly).
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +39,41 @@ class RedisClusterFailureTest : public ::testing::Test {
     std::vector<KeyValue> kvs;
     for (const std::string& k : keys_) kvs.push_back({k, k});
     for (const absl::Status& s : client_->MultiSet(kvs)) ASSERT_TRUE(s.ok()) << s;
+  }
+
+  // A node left stopped would stall the cluster's stop and the next test.
+  void TearDown() override {
+    if (stopped_ > 0) kill(stopped_, SIGCONT);
+  }
+
+  // SIGSTOPs the node at `endpoint` (hung: it accepts connections, never
+  // answers) until Resume() or TearDown.
+  void Hang(const std::string& endpoint) {
+    const pid_t pid = cluster_->PidOf(endpoint);
+    ASSERT_GT(pid, 0);
+    ASSERT_EQ(kill(pid, SIGSTOP), 0);
+    stopped_ = pid;
+  }
+  void Resume() {
+    ASSERT_EQ(kill(stopped_, SIGCONT), 0);
+    stopped_ = -1;
+  }
+
+  // Keeps the masters in place while one hangs: the backoff tests need the
+  // hung node to keep its slots.
+  void NoFailover() {
+    ASSERT_TRUE(cluster_->OnAllNodes({"CONFIG", "SET", "cluster-replica-no-failover", "yes"}).ok());
+  }
+
+  // A client like the fixture's, with a short command_timeout and `backoff`.
+  void UseClient(absl::Duration min_backoff, absl::Duration max_backoff) {
+    RedisClusterConfig config = cluster_->Config();
+    config.command_timeout = kCommandTimeout;
+    config.node_min_backoff = min_backoff;
+    config.node_max_backoff = max_backoff;
+    auto client = RedisCluster::Create(config);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
   }
 
   // Keys served by `master`, and the others.
@@ -72,10 +111,21 @@ class RedisClusterFailureTest : public ::testing::Test {
     return false;
   }
 
+  static constexpr absl::Duration kCommandTimeout = absl::Milliseconds(300);
+
   std::unique_ptr<LoopbackCluster> cluster_;
   std::unique_ptr<RedisCluster> client_;
   std::vector<std::string> keys_;
+  pid_t stopped_ = -1;
 };
+
+// The N of "down, retry in N ms" in a fast-failed key's message; -1 if none.
+int64_t RetryInMs(const absl::Status& s) {
+  const absl::string_view text = s.message();
+  const size_t at = text.find("down, retry in ");
+  if (at == absl::string_view::npos) return -1;
+  return std::strtoll(std::string(text.substr(at + 15)).c_str(), nullptr, 10);
+}
 
 TEST_F(RedisClusterFailureTest, KilledMasterFailsOverAndRoutingRecovers) {
   const std::string victim = *client_->slot_map().MasterOf(KeySlot(keys_[0]));
@@ -116,7 +166,12 @@ TEST_F(RedisClusterFailureTest, WritingToAKilledMasterDoesNotRaiseSigpipe) {
   for (const absl::Status& s : client_->MultiSet(kvs)) {
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   }
-  // Again, on a fresh connection (refused) or the replica (taken over).
+  // Again: failed fast (the node is down), or on the replica (taken over).
+  for (const absl::Status& s : client_->MultiSet(kvs)) {
+    EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kUnavailable) << s;
+  }
+  // Once the backoff passed: a fresh connection (refused) or the replica.
+  absl::SleepFor(RedisClusterConfig().node_min_backoff);
   for (const absl::Status& s : client_->MultiSet(kvs)) {
     EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kUnavailable) << s;
   }
@@ -126,15 +181,134 @@ TEST_F(RedisClusterFailureTest, HungMasterIsBoundedByTimeouts) {
   const std::string victim = *client_->slot_map().MasterOf(KeySlot(keys_[0]));
   std::vector<std::string> on, off;
   Split(victim, on, off);
-  const pid_t pid = cluster_->PidOf(victim);
-  ASSERT_GT(pid, 0);
-  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  Hang(victim);
   int unavailable = 0;
   EXPECT_FALSE(GetAllOk(keys_, &unavailable));  // times out on the hung node only
   EXPECT_EQ(unavailable, static_cast<int>(on.size()));
-  ASSERT_EQ(kill(pid, SIGCONT), 0);
+  Resume();
   // Back as master, or demoted after its replica's takeover: either way served.
   EXPECT_TRUE(RecoversWithin(keys_, absl::Seconds(20), &unavailable));
+}
+
+// The review's case: a hung master must cost one command_timeout, not one per
+// batch. Then its keys fail at once, unsent, until the backoff passes, and the
+// other masters' keys are served all along.
+TEST_F(RedisClusterFailureTest, HungMasterFailsFastUntilItsBackoffPasses) {
+  NoFailover();
+  // Long enough for 20 batches on two busy shared cores.
+  constexpr absl::Duration kBackoff = absl::Seconds(2);
+  UseClient(kBackoff, kBackoff);
+  const std::string victim = *client_->slot_map().MasterOf(KeySlot(keys_[0]));
+  std::vector<std::string> on, off;
+  Split(victim, on, off);
+  ASSERT_FALSE(on.empty());
+  ASSERT_FALSE(off.empty());
+  auto expect_split = [&](const std::vector<absl::StatusOr<std::optional<std::string>>>& got,
+                          absl::string_view down_text) {
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      if (std::find(on.begin(), on.end(), keys_[i]) == on.end()) {
+        ASSERT_TRUE(got[i].ok()) << got[i].status();
+        EXPECT_EQ(**got[i], keys_[i]);
+        continue;
+      }
+      EXPECT_EQ(got[i].status().code(), absl::StatusCode::kUnavailable) << got[i].status();
+      const absl::string_view msg = got[i].status().message();
+      EXPECT_NE(msg.find(absl::StrCat("slot ", KeySlot(keys_[i]), " at ", victim)),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find(down_text), std::string::npos) << msg;
+    }
+  };
+  Hang(victim);
+  absl::Time start = absl::Now();
+  auto got = client_->MultiGet(keys_);
+  const absl::Duration first = absl::Now() - start;
+  EXPECT_LT(first, kCommandTimeout + absl::Milliseconds(700));
+  expect_split(got, "");
+  EXPECT_EQ(client_->DownNodes(), std::vector<std::string>{victim});
+  EXPECT_EQ(client_->stats().node_down_events, 1u);
+
+  const RedisClusterStats before = client_->stats();
+  absl::Duration slowest;
+  for (int b = 0; b < 20; ++b) {
+    start = absl::Now();
+    got = client_->MultiGet(keys_);
+    const absl::Duration took = absl::Now() - start;
+    slowest = std::max(slowest, took);
+    EXPECT_LT(took, absl::Milliseconds(20)) << "batch " << b;
+    expect_split(got, "down, retry in ");
+  }
+  std::cout << "first batch " << first << ", 20 fast-fail batches: slowest " << slowest << "\n";
+  const RedisClusterStats after = client_->stats();
+  EXPECT_EQ(after.fast_failed - before.fast_failed, 20 * on.size());
+  // Not a byte to the hung node, not a connect: only the others' keys went out.
+  EXPECT_EQ(after.requests - before.requests, 20 * off.size());
+  EXPECT_EQ(after.connects, before.connects);
+  EXPECT_EQ(after.node_down_events, 1u);
+
+  Resume();
+  absl::SleepFor(kBackoff);
+  int unavailable = 0;
+  // The probe (the next batch to route keys to it) finds it answering again,
+  // though maybe CLUSTERDOWN for a moment: back from a stop, it first sees
+  // every peer as timed out.
+  EXPECT_TRUE(RecoversWithin(keys_, absl::Seconds(10), &unavailable));
+  EXPECT_TRUE(client_->DownNodes().empty());
+  EXPECT_EQ(*client_->slot_map().MasterOf(KeySlot(keys_[0])), victim);  // no failover
+}
+
+// Each failed probe doubles the node's backoff, up to node_max_backoff.
+TEST_F(RedisClusterFailureTest, FailedProbesDoubleTheBackoffUpToTheMax) {
+  NoFailover();
+  UseClient(absl::Milliseconds(200), absl::Milliseconds(800));
+  const std::string victim = *client_->slot_map().MasterOf(KeySlot(keys_[0]));
+  std::vector<std::string> on, off;
+  Split(victim, on, off);
+  Hang(victim);
+  for (int64_t backoff_ms : {200, 400, 800, 800}) {
+    // A probe (or the first batch): one command_timeout, then down again.
+    auto probe = client_->MultiGet(on);
+    EXPECT_EQ(probe[0].status().code(), absl::StatusCode::kUnavailable) << probe[0].status();
+    EXPECT_EQ(RetryInMs(probe[0].status()), -1) << "not a probe: " << probe[0].status();
+    auto fast = client_->MultiGet(on);
+    const int64_t retry_ms = RetryInMs(fast[0].status());
+    EXPECT_GT(retry_ms, backoff_ms / 2) << fast[0].status();
+    EXPECT_LE(retry_ms, backoff_ms) << fast[0].status();
+    absl::SleepFor(absl::Milliseconds(retry_ms + 20));
+  }
+  EXPECT_EQ(client_->stats().node_down_events, 4u);
+  Resume();
+  int unavailable = 0;
+  EXPECT_TRUE(RecoversWithin(keys_, absl::Seconds(10), &unavailable));  // the fifth probe passes
+  EXPECT_TRUE(client_->DownNodes().empty());
+}
+
+// With failover allowed, a hung master's slots move to its replica while the
+// hung node is still in backoff: the periodic map recheck sends its keys
+// there without waiting for (or paying) a probe.
+TEST_F(RedisClusterFailureTest, HungMastersSlotsFollowTheFailoverWhileItIsDown) {
+  UseClient(absl::Milliseconds(500), absl::Seconds(30));
+  const std::string victim = *client_->slot_map().MasterOf(KeySlot(keys_[0]));
+  std::vector<std::string> on, off;
+  Split(victim, on, off);
+  Hang(victim);
+  int unavailable = 0;
+  EXPECT_FALSE(GetAllOk(on, &unavailable));
+  EXPECT_TRUE(RecoversWithin(on, absl::Seconds(20), &unavailable)) << "no failover";
+  EXPECT_NE(*client_->slot_map().MasterOf(KeySlot(keys_[0])), victim);
+  EXPECT_EQ(client_->DownNodes(), std::vector<std::string>{victim});  // still in backoff
+  // Every key writable and readable again (replication is asynchronous: the
+  // writes of SetUp may not have reached the replica before the hang).
+  std::vector<std::string> values;
+  for (const std::string& k : keys_) values.push_back("after-" + k);
+  std::vector<KeyValue> kvs;
+  for (size_t i = 0; i < keys_.size(); ++i) kvs.push_back({keys_[i], values[i]});
+  for (const absl::Status& s : client_->MultiSet(kvs)) EXPECT_TRUE(s.ok()) << s;
+  auto got = client_->MultiGet(keys_);
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    ASSERT_TRUE(got[i].ok() && got[i]->has_value()) << keys_[i] << " " << got[i].status();
+    EXPECT_EQ(**got[i], values[i]);
+  }
 }
 
 TEST_F(RedisClusterFailureTest, WholeClusterDownIsUnavailableEverywhere) {

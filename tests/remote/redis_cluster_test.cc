@@ -1,6 +1,6 @@
 // Integration tests of RedisCluster on one real loopback cluster (started once
-// for the binary): binary round trips, one pipeline per node, ASK during a
-// slot migration, MOVED after it, per-tenant ACL users.
+// for the binary): binary round trips, size-capped reads, one pipeline per
+// node, ASK during a slot migration, MOVED after it, per-tenant ACL users.
 #include "tiers/remote/redis_cluster.h"
 
 #include <gtest/gtest.h>
@@ -73,6 +73,51 @@ TEST_F(RedisClusterTest, MissingKeysAreNullopt) {
   }
   for (const auto& e : client_->MultiExists(keys)) EXPECT_TRUE(e.ok() && !*e);
   EXPECT_TRUE(client_->MultiGet({}).empty());
+}
+
+// GETRANGE key 0 max: a value of max bytes whole, a longer one cut to max + 1
+// bytes (never read whole), a missing key absent.
+TEST_F(RedisClusterTest, GetCappedReadsAtMostMaxPlusOneByte) {
+  constexpr uint64_t kMax = 1 << 20;
+  const std::vector<std::string> keys = {"cap-exact", "cap-huge", "cap-missing", "cap-small"};
+  const std::string exact = RandomBytes(kMax, 11);
+  const std::string huge = RandomBytes(10 << 20, 12);
+  for (const absl::Status& s :
+       client_->MultiSet({{keys[0], exact}, {keys[1], huge}, {keys[3], "abc"}})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  std::vector<std::optional<std::string>> got(keys.size());
+  int calls = 0;
+  client_->VisitGetCapped(keys, kMax,
+                          [&](size_t i, absl::StatusOr<std::optional<absl::string_view>> v) {
+                            ++calls;
+                            ASSERT_TRUE(v.ok()) << v.status();
+                            if (v->has_value()) got[i] = std::string(**v);
+                          });
+  EXPECT_EQ(calls, 4);
+  ASSERT_TRUE(got[0].has_value());
+  EXPECT_TRUE(*got[0] == exact) << "exact: " << got[0]->size() << " bytes";
+  ASSERT_TRUE(got[1].has_value());
+  EXPECT_EQ(got[1]->size(), kMax + 1);
+  EXPECT_TRUE(*got[1] == huge.substr(0, kMax + 1));
+  EXPECT_FALSE(got[2].has_value());
+  EXPECT_EQ(got[3], "abc");
+  // The plain GET still reads the whole value.
+  auto whole = client_->MultiGet({keys[1]});
+  ASSERT_TRUE(whole[0].ok() && whole[0]->has_value());
+  EXPECT_EQ((*whole[0])->size(), huge.size());
+  for (const auto& d : client_->MultiDelete(keys)) EXPECT_TRUE(d.ok());
+}
+
+TEST(RedisClusterConfigTest, NodeBackoffIsValidated) {
+  RedisClusterConfig config;
+  config.seeds = {"127.0.0.1:7000"};
+  EXPECT_TRUE(config.Validate().ok());
+  config.node_min_backoff = absl::ZeroDuration();
+  EXPECT_EQ(config.Validate().code(), absl::StatusCode::kInvalidArgument);
+  config.node_min_backoff = absl::Seconds(1);
+  config.node_max_backoff = absl::Milliseconds(500);
+  EXPECT_EQ(config.Validate().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(RedisClusterTest, OneRoundTripPerNodeTouched) {

@@ -1,302 +1,248 @@
-// A real kvtierd with a tiny host tier, a tiny NVMe tier and the remote
-// tier on a loopback cluster of its own: PUT pages flow down to Redis and
-// GET reads them back byte-exact; with the cluster stopped, remote pages
-// are misses, local pages are still served, the daemon stays up and STATS
-// shows the remote tier down; a second daemon finds and reads the first
-// one's remote pages.
+// Real kvtierds sharing a loopback Redis Cluster as their shared cache:
+// pages leaving a daemon's store (default admission: NVMe evictions) reach
+// the cluster, and a second daemon finds them (LOOKUP: "remote"), fetches
+// them byte-exact (GET) and keeps them; DELETE on one daemon forgets them
+// cluster-wide, so no daemon serves them after; with one master hung, a
+// tenant whose pages are in RAM waits for no one, and LOOKUPs of the hung
+// master's slots answer misses within a timeout.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <fstream>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "kvtier.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/remote/cluster_fixture.h"
-#include "tiers/remote/remote_record.h"
 #include "tools/common/page_pattern.h"
 
 namespace kvtier::itest {
 namespace {
 
+using tiers::remote::testing::LoopbackCluster;
+
 constexpr uint64_t kPage = kSmallPageBytes;
-constexpr size_t kPages = 96;  // host 16 + NVMe 32: the rest can only be remote
 constexpr int kRemoteTier = 4;  // wire.Tier TIER_REMOTE
 
-const wire::TierStats* Tier(const wire::StatsReply& s, const std::string& name) {
-  for (const auto& t : s.tiers())
-    if (t.name() == name) return &t;
-  return nullptr;
-}
+// Both daemons' tenants: the shared cache seals each tenant's records with
+// a key derived from the fleet secret and the tenant's token.
+constexpr char kTenants[] = R"({"tenants": [
+  {"name": "admin", "token": "tok-admin", "admin": true},
+  {"name": "alice", "token": "tok-alice"},
+  {"name": "victim", "token": "tok-victim"}]})";
 
 class RemoteDaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!tiers::remote::testing::RedisInstalled()) GTEST_SKIP() << "redis-server not installed";
-    auto cluster = tiers::remote::testing::LoopbackCluster::Start();
+    auto cluster = LoopbackCluster::Start();
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    DaemonOptions o;
-    o.nvme = true;
-    o.flags = {"--host_bytes=1MiB", "--nvme_bytes=2MiB", "--log_level=warn",
-               "--remote_seeds=" + absl::StrJoin(cluster_->seeds(), ","),
-               "--remote_connect_timeout_ms=200", "--remote_command_timeout_ms=500",
-               // LOOKUP moves nothing, so the tiers it reports stay true.
-               "--prefetch_lookahead=false"};
-    daemon_options_ = o;
-    auto d = DaemonProcess::Start(o);
-    ASSERT_TRUE(d.ok()) << d.status();
-    daemon_ = *std::move(d);
-    auto c = Client::Connect(Options(daemon_->endpoint()));
-    ASSERT_TRUE(c.ok()) << c.status();
-    client_ = *std::move(c);
+    secret_ = ::testing::TempDir() + "kvtier-secret-" + std::to_string(getpid());
+    std::ofstream(secret_) << std::string(64, 'a') << "\n";
+    ASSERT_EQ(chmod(secret_.c_str(), 0600), 0);
+    a_ = StartDaemon();
+    b_ = StartDaemon();
+    ASSERT_TRUE(a_ && b_);
   }
   void TearDown() override {
-    client_.reset();
-    if (daemon_) {
-      auto code = daemon_->Stop();
-      EXPECT_TRUE(code.ok() && *code == 0) << daemon_->Log();
-      if (HasFailure()) std::cerr << "---- kvtierd log ----\n" << daemon_->Log() << "\n";
+    for (auto* d : {&a_, &b_}) {
+      if (!*d) continue;
+      auto code = (*d)->Stop();
+      EXPECT_TRUE(code.ok() && *code == 0) << (*d)->Log();
+      if (HasFailure()) std::cerr << "---- kvtierd log ----\n" << (*d)->Log() << "\n";
+    }
+    std::remove(secret_.c_str());
+  }
+  std::unique_ptr<DaemonProcess> StartDaemon() {
+    DaemonOptions o;
+    o.nvme = true;
+    o.tenants_json = kTenants;
+    o.flags = {"--host_bytes=2MiB", "--nvme_bytes=4MiB", "--log_level=warn",
+               "--remote_seeds=" + absl::StrJoin(cluster_->seeds(), ","),
+               "--remote_secret_file=" + secret_, "--remote_connect_timeout_ms=200",
+               "--remote_command_timeout_ms=500",
+               // LOOKUP moves nothing, so the tiers it reports stay true.
+               "--prefetch_lookahead=false"};
+    auto d = DaemonProcess::Start(o, "admin", "tok-admin");
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? *std::move(d) : nullptr;
+  }
+  std::unique_ptr<Client> Connect(const DaemonProcess& d, const std::string& tenant,
+                                  const std::string& token) {
+    auto c = Client::Connect(Options(d.endpoint(), tenant, token));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+  // PUTs a chain of n pages as `c`, then pushes it out of host and NVMe, so
+  // it is in the cluster (EVICT returns once its publishes were sent).
+  std::vector<PageKey> PutAndPushOut(Client& c, uint64_t seed, size_t n) {
+    std::vector<PageKey> keys = MakeChain(SmallLayout(), seed, n);
+    std::vector<std::string> pages;
+    std::vector<absl::string_view> views;
+    for (const PageKey& k : keys) pages.push_back(PatternPage(k, kPage));
+    for (const std::string& p : pages) views.push_back(p);
+    auto put = c.PutInline(keys, PageKey::Zero(), views);
+    EXPECT_TRUE(put.ok()) << put.status();
+    EXPECT_TRUE(c.Evict("", TierKind::kHost, 0).ok());
+    EXPECT_TRUE(c.Evict("", TierKind::kNvme, 0).ok());
+    return keys;
+  }
+  static size_t Count(const std::vector<TierKind>& tiers, TierKind t) {
+    return std::count(tiers.begin(), tiers.end(), t);
+  }
+  static void ExpectPages(const std::vector<PageKey>& keys, const std::vector<std::string>& got) {
+    ASSERT_EQ(got.size(), keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(got[i].size(), kPage) << "page " << i << " missing";
+      EXPECT_EQ(tools::CheckPattern(keys[i], reinterpret_cast<const uint8_t*>(got[i].data()), kPage),
+                kPage)
+          << "page " << i << " corrupted";
     }
   }
-  // PUTs kPages single-page chains (each its own prefix: LOOKUP per key).
-  void PutPages() {
-    for (size_t i = 0; i < kPages; ++i) {
-      keys_.push_back(MakeChain(SmallLayout(), 1000 + i, 1)[0]);
-      const std::string page = PatternPage(keys_.back(), kPage);
-      const absl::string_view view = page;
-      // The tiers are tiny: a PUT may find RAM and NVMe full of pages not
-      // yet moved down (a PUT never lands in the remote tier itself, nor
-      // waits for I/O); it is refused, and a client tries again shortly.
-      auto put = client_->PutInline(absl::MakeConstSpan(&keys_.back(), 1), PageKey::Zero(),
-                                    absl::MakeConstSpan(&view, 1));
-      for (int tries = 0; tries < 100 && absl::IsResourceExhausted(put.status()); ++tries) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        put = client_->PutInline(absl::MakeConstSpan(&keys_.back(), 1), PageKey::Zero(),
-                                 absl::MakeConstSpan(&view, 1));
-      }
-      ASSERT_TRUE(put.ok()) << put.status();
-      EXPECT_EQ(put->stored, 1u) << "page " << i << ": " << put->not_stored_reason;
-    }
-  }
-  // Waits until the evictor has moved pages down to the remote tier.
-  uint64_t WaitForRemotePages(uint64_t want) {
-    uint64_t pages = 0;
-    for (int i = 0; i < 100 && pages < want; ++i) {
-      auto s = client_->Stats();
-      if (s.ok() && Tier(*s, "remote") != nullptr) pages = Tier(*s, "remote")->pages();
-      if (pages < want) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return pages;
-  }
-  // Waits until the evictor has stopped moving pages (remote page count
-  // steady for half a second).
-  void WaitForQuiet() {
-    uint64_t last = UINT64_MAX;
-    for (int i = 0; i < 40; ++i) {
-      auto s = client_->Stats();
-      const uint64_t now = s.ok() && Tier(*s, "remote") ? Tier(*s, "remote")->pages() : 0;
-      if (now == last) return;
-      last = now;
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    }
-  }
-  // Index of each page's tier as LOOKUP reports it (0: absent).
-  std::vector<int> TiersOfPages() {
-    std::vector<int> out;
-    for (const PageKey& k : keys_) {
-      auto r = client_->Lookup(absl::MakeConstSpan(&k, 1));
-      out.push_back(r.ok() && r->hits == 1 ? static_cast<int>(r->tiers[0]) : 0);
-    }
-    return out;
-  }
-  std::unique_ptr<tiers::remote::testing::LoopbackCluster> cluster_;
-  DaemonOptions daemon_options_;
-  std::unique_ptr<DaemonProcess> daemon_;
-  std::unique_ptr<Client> client_;
-  std::vector<PageKey> keys_;
+
+  std::unique_ptr<LoopbackCluster> cluster_;
+  std::string secret_;
+  std::unique_ptr<DaemonProcess> a_, b_;
 };
 
-TEST_F(RemoteDaemonTest, PagesFlowToRedisAndComeBackByteExact) {
-  PutPages();
-  EXPECT_GE(WaitForRemotePages(kPages - 48), kPages - 48);
-  const std::vector<int> tiers = TiersOfPages();
-  EXPECT_GT(std::count(tiers.begin(), tiers.end(), kRemoteTier), 0);
-  EXPECT_EQ(std::count(tiers.begin(), tiers.end(), 0), 0)  // every page still somewhere
-      << RunCommand({KVTIERCTL_PATH, "stats", "--endpoint=" + daemon_->endpoint()}).out;
-  auto pages = client_->GetInline(keys_);
-  ASSERT_TRUE(pages.ok()) << pages.status();
-  for (size_t i = 0; i < kPages; ++i) {
-    ASSERT_EQ((*pages)[i].size(), kPage) << "page " << i << " (tier " << tiers[i] << ") missing";
-    EXPECT_EQ(tools::CheckPattern(keys_[i], reinterpret_cast<const uint8_t*>((*pages)[i].data()),
-                                  kPage),
-              kPage)
-        << "page " << i << " corrupted";
-  }
-  auto s = client_->Stats();
-  ASSERT_TRUE(s.ok());
-  const wire::TierStats* remote = Tier(*s, "remote");
-  ASSERT_NE(remote, nullptr);
-  EXPECT_FALSE(remote->down());
-  EXPECT_EQ(remote->corrupt_reads(), 0u);
-  EXPECT_EQ(remote->checksum_errors(), 0u);
-  EXPECT_GT(remote->hits(), 0u);
-  // kvtierctl shows the tier and its state.
-  CommandResult ctl = RunCommand({KVTIERCTL_PATH, "stats", "--endpoint=" + daemon_->endpoint()});
-  EXPECT_NE(ctl.out.find("remote"), std::string::npos) << ctl.out << ctl.err;
-  EXPECT_NE(ctl.out.find("cluster up"), std::string::npos) << ctl.out;
-}
-
-TEST_F(RemoteDaemonTest, ClusterDownRemotePagesMissLocalPagesServed) {
-  PutPages();
-  ASSERT_GE(WaitForRemotePages(kPages - 48), kPages - 48);
-  WaitForQuiet();
-  const std::vector<int> tiers = TiersOfPages();
-  ASSERT_TRUE(cluster_->Stop().ok());
-  auto pages = client_->GetInline(keys_);
-  ASSERT_TRUE(pages.ok()) << pages.status();  // faults are misses, never errors
-  size_t local = 0, remote_missed = 0;
-  for (size_t i = 0; i < kPages; ++i) {
-    if ((*pages)[i].empty()) {
-      EXPECT_EQ(tiers[i], kRemoteTier) << "local page " << i << " missed";
-      ++remote_missed;
-      continue;
-    }
-    ASSERT_EQ((*pages)[i].size(), kPage);
-    EXPECT_EQ(tools::CheckPattern(keys_[i], reinterpret_cast<const uint8_t*>((*pages)[i].data()),
-                                  kPage),
-              kPage);
-    if (tiers[i] != kRemoteTier) ++local;
-  }
-  EXPECT_EQ(local, static_cast<size_t>(std::count_if(tiers.begin(), tiers.end(),
-                                                     [](int t) { return t != kRemoteTier; })));
-  EXPECT_GT(remote_missed, 0u);
-  EXPECT_TRUE(daemon_->Alive());
-  auto s = client_->Stats();
-  ASSERT_TRUE(s.ok());
-  ASSERT_NE(Tier(*s, "remote"), nullptr);
-  EXPECT_TRUE(Tier(*s, "remote")->down());
-  EXPECT_GE(Tier(*s, "remote")->down_events(), 1u);
-  // PUTs still work with the cluster down.
-  const PageKey k = MakeChain(SmallLayout(), 99999, 1)[0];
-  const std::string page = PatternPage(k, kPage);
-  const absl::string_view view = page;
-  EXPECT_TRUE(client_->PutInline(absl::MakeConstSpan(&k, 1), PageKey::Zero(),
-                                 absl::MakeConstSpan(&view, 1)).ok());
-}
-
-// Cross-node reuse: daemon A's pages that reached the cluster are found by
-// daemon B's LOOKUP (separate state dirs, one cluster), reported on tier
-// remote, and read back byte-exact by B's GET; pages A holds only locally
-// are misses on B.
-TEST_F(RemoteDaemonTest, AnotherDaemonFindsAndReadsPagesByteExact) {
-  PutPages();
-  ASSERT_GE(WaitForRemotePages(kPages - 48), kPages - 48);
-  WaitForQuiet();
-  const std::vector<int> on_a = TiersOfPages();
-  auto b = DaemonProcess::Start(daemon_options_);
-  ASSERT_TRUE(b.ok()) << b.status();
-  auto cb = Client::Connect(Options((*b)->endpoint()));
-  ASSERT_TRUE(cb.ok()) << cb.status();
-  std::vector<int> on_b;
-  for (const PageKey& k : keys_) {
-    auto r = (*cb)->Lookup(absl::MakeConstSpan(&k, 1));
-    ASSERT_TRUE(r.ok()) << r.status();
-    on_b.push_back(r->hits == 1 ? static_cast<int>(r->tiers[0]) : 0);
-  }
-  size_t shared = 0;
-  for (size_t i = 0; i < kPages; ++i) {
-    if (on_a[i] == kRemoteTier) {
-      EXPECT_EQ(on_b[i], kRemoteTier) << "page " << i << " A stored remotely, B did not find";
-      ++shared;
-    } else {
-      EXPECT_EQ(on_b[i], 0) << "page " << i << " is local to A";
-    }
-  }
-  EXPECT_GT(shared, 0u);
-  auto pages = (*cb)->GetInline(keys_);
-  ASSERT_TRUE(pages.ok()) << pages.status();
-  for (size_t i = 0; i < kPages; ++i) {
-    if (on_a[i] != kRemoteTier) continue;
-    ASSERT_EQ((*pages)[i].size(), kPage) << "page " << i;
-    EXPECT_EQ(tools::CheckPattern(keys_[i], reinterpret_cast<const uint8_t*>((*pages)[i].data()),
-                                  kPage),
-              kPage)
-        << "page " << i << " corrupted";
-  }
-  // B's reads left A's records in place: A still reads them.
-  auto again = client_->GetInline(keys_);
+TEST_F(RemoteDaemonTest, ASecondDaemonFindsAndFetchesWhatTheFirstPushedOut) {
+  auto alice_a = Connect(*a_, "alice", "tok-alice");
+  auto alice_b = Connect(*b_, "alice", "tok-alice");
+  const std::vector<PageKey> keys = PutAndPushOut(*alice_a, 1, 8);
+  auto on_a = alice_a->Lookup(keys);  // A's own pages left its store: the cluster has them
+  ASSERT_TRUE(on_a.ok()) << on_a.status();
+  EXPECT_EQ(on_a->hits, keys.size());
+  auto l = alice_b->Lookup(keys);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->hits, keys.size());
+  EXPECT_EQ(Count(l->tiers, TierKind::kRemote), keys.size());
+  auto got = alice_b->GetInline(keys);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectPages(keys, *got);
+  // B keeps what it fetched: the next LOOKUP finds it locally.
+  auto again = alice_b->Lookup(keys);
   ASSERT_TRUE(again.ok());
-  for (size_t i = 0; i < kPages; ++i) EXPECT_EQ((*again)[i].size(), kPage) << "page " << i;
-  cb->reset();
-  auto code = (*b)->Stop();
-  EXPECT_TRUE(code.ok() && *code == 0) << (*b)->Log();
+  EXPECT_EQ(Count(again->tiers, TierKind::kRemote), 0u);
+  auto admin = Connect(*b_, "admin", "tok-admin");
+  auto s = admin->Stats();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->shared_cache().fetch_hits(), keys.size());
+  EXPECT_EQ(s->shared_cache().rejected(), 0u);
 }
 
-// Write-through with per-tenant Redis ACL users, as docs/OPERATIONS.md sets
-// them up: the cluster's default user may touch no kvtier record, each
-// tenant's user only its own (AclKeyPattern). alice's PUT on A is in the
-// cluster at once (written as alice's user: nobody else could), B finds and
-// reads it for alice, and bob finds nothing of it.
-TEST_F(RemoteDaemonTest, WriteThroughAsEachTenantsOwnAclUser) {
-  for (const std::string ns : {"alice", "bob"}) {
-    ASSERT_TRUE(cluster_
-                    ->OnAllNodes({"ACL", "SETUSER", "u-" + ns, "on", ">pw-" + ns + "-secret",
-                                  "~" + tiers::remote::AclKeyPattern(ns), "+get", "+set",
-                                  "+exists", "+unlink", "+asking", "+cluster|slots", "+ping"})
-                    .ok());
+TEST_F(RemoteDaemonTest, AfterDeleteNoDaemonServesThePage) {
+  auto alice_a = Connect(*a_, "alice", "tok-alice");
+  auto alice_b = Connect(*b_, "alice", "tok-alice");
+  const std::vector<PageKey> keys = PutAndPushOut(*alice_a, 2, 6);
+  // A GET on A brings the pages back into A's store (from the cluster).
+  auto got = alice_a->GetInline(keys);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectPages(keys, *got);
+  auto deleted = alice_a->Delete(keys);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(*deleted, keys.size());
+  for (Client* c : {alice_a.get(), alice_b.get()}) {
+    auto l = c->Lookup(keys);
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ(l->hits, 0u);
+    auto g = c->GetInline(keys);
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (const std::string& p : *g) EXPECT_TRUE(p.empty());
   }
-  ASSERT_TRUE(cluster_->OnAllNodes({"ACL", "SETUSER", "default", "resetkeys", "~other:*"}).ok());
-  const std::string tenants = R"({"tenants": [
-    {"name": "alice", "token": "alice-token", "redis_user": "u-alice", "redis_password": "pw-alice-secret"},
-    {"name": "bob", "token": "bob-token-1", "redis_user": "u-bob", "redis_password": "pw-bob-secret"},
-    {"name": "ops", "token": "ops-token-1", "admin": true}]})";
-  DaemonOptions o = daemon_options_;
-  o.tenants_json = tenants;
-  o.flags.push_back("--remote_admission=put");
-  auto a = DaemonProcess::Start(o, "alice", "alice-token");
-  ASSERT_TRUE(a.ok()) << a.status();
-  auto b = DaemonProcess::Start(o, "alice", "alice-token");
-  ASSERT_TRUE(b.ok()) << b.status();
-  auto alice_a = Client::Connect(Options((*a)->endpoint(), "alice", "alice-token"));
-  auto alice_b = Client::Connect(Options((*b)->endpoint(), "alice", "alice-token"));
-  auto bob_b = Client::Connect(Options((*b)->endpoint(), "bob", "bob-token-1"));
-  auto ops_a = Client::Connect(Options((*a)->endpoint(), "ops", "ops-token-1"));  // tier stats
-  ASSERT_TRUE(alice_a.ok() && alice_b.ok() && bob_b.ok() && ops_a.ok());
-  std::vector<PageKey> chain = MakeChain(SmallLayout(), 77, 4);
+  auto admin = Connect(*a_, "admin", "tok-admin");
+  auto s = admin->Stats();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->shared_cache().forgotten(), keys.size());
+}
+
+TEST_F(RemoteDaemonTest, AnotherTenantFindsNothingOfAlices) {
+  auto alice_a = Connect(*a_, "alice", "tok-alice");
+  auto victim_b = Connect(*b_, "victim", "tok-victim");
+  const std::vector<PageKey> keys = PutAndPushOut(*alice_a, 3, 4);
+  auto l = victim_b->Lookup(keys);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->hits, 0u);
+  auto g = victim_b->GetInline(keys);
+  ASSERT_TRUE(g.ok());
+  for (const std::string& p : *g) EXPECT_TRUE(p.empty());
+}
+
+// p-th quantile (0..1) of `v`, in ms.
+double Quantile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+}
+
+TEST_F(RemoteDaemonTest, AHungMasterStallsNoOneElse) {
+  auto victim = Connect(*a_, "victim", "tok-victim");
+  auto prober = Connect(*a_, "alice", "tok-alice");
+  // The victim's pages are in RAM; alice's chains miss locally, so each of
+  // her LOOKUPs asks the cluster, a third of it on the hung master.
+  std::vector<PageKey> mine = MakeChain(SmallLayout(), 4, 4);
   std::vector<std::string> pages;
   std::vector<absl::string_view> views;
-  for (const PageKey& k : chain) pages.push_back(PatternPage(k, kPage));
+  for (const PageKey& k : mine) pages.push_back(PatternPage(k, kPage));
   for (const std::string& p : pages) views.push_back(p);
-  auto put = (*alice_a)->PutInline(chain, PageKey::Zero(), views);
-  ASSERT_TRUE(put.ok()) << put.status();
-  ASSERT_EQ(put->stored, chain.size());
-  uint64_t published = 0;
-  for (int i = 0; i < 100 && published < chain.size(); ++i) {
-    auto s = (*ops_a)->Stats();
-    if (s.ok() && Tier(*s, "remote") != nullptr) published = Tier(*s, "remote")->published();
-    if (published < chain.size()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(victim->PutInline(mine, PageKey::Zero(), views).ok());
+  const std::string master = cluster_->seeds()[0];
+  const pid_t pid = cluster_->PidOf(master);
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> probes{0};
+  std::atomic<int64_t> slowest_probe_ms{0};
+  std::thread t([&] {
+    for (uint64_t seed = 100; !stop; ++seed) {
+      const absl::Time t0 = absl::Now();
+      auto l = prober->Lookup(MakeChain(SmallLayout(), seed, 16));
+      const int64_t ms = absl::ToInt64Milliseconds(absl::Now() - t0);
+      EXPECT_TRUE(l.ok()) << l.status();
+      if (l.ok()) EXPECT_EQ(l->hits, 0u);
+      slowest_probe_ms = std::max<int64_t>(slowest_probe_ms, ms);
+      ++probes;
+    }
+  });
+  std::vector<double> ping, lookup, get;
+  const absl::Time end = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < end) {
+    absl::Time t0 = absl::Now();
+    ASSERT_TRUE(victim->Ping().ok());
+    ping.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    t0 = absl::Now();
+    auto l = victim->Lookup(mine);
+    lookup.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(l->hits, mine.size());
+    t0 = absl::Now();
+    auto g = victim->GetInline(mine);
+    get.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+    ASSERT_TRUE(g.ok());
   }
-  ASSERT_EQ(published, chain.size()) << (*a)->Log();
-  auto found = (*alice_b)->Lookup(chain);
-  ASSERT_TRUE(found.ok()) << found.status();
-  EXPECT_EQ(found->hits, chain.size());
-  auto got = (*alice_b)->GetInline(chain);
-  ASSERT_TRUE(got.ok()) << got.status();
-  for (size_t i = 0; i < chain.size(); ++i) EXPECT_EQ((*got)[i], pages[i]) << "page " << i;
-  auto bobs = (*bob_b)->Lookup(chain);
-  ASSERT_TRUE(bobs.ok()) << bobs.status();
-  EXPECT_EQ(bobs->hits, 0u);
-  alice_a->reset();
-  alice_b->reset();
-  bob_b->reset();
-  ops_a->reset();
-  for (auto* d : {&*a, &*b}) {
-    auto code = (*d)->Stop();
-    EXPECT_TRUE(code.ok() && *code == 0) << (*d)->Log();
-  }
+  stop = true;
+  t.join();
+  kill(pid, SIGCONT);
+  std::printf("hung master: victim p99 PING %.2f ms, LOOKUP %.2f ms, GET %.2f ms (%zu each); "
+              "%d prober LOOKUPs, slowest %ld ms\n",
+              Quantile(ping, 0.99), Quantile(lookup, 0.99), Quantile(get, 0.99), ping.size(),
+              probes.load(), static_cast<long>(slowest_probe_ms.load()));
+  // 20 ms is the target (docs/BENCHMARKS.md); the bound leaves room for a
+  // loaded 2-core CI machine. Before, each of them took ~2 s.
+  EXPECT_LT(Quantile(ping, 0.99), 100);
+  EXPECT_LT(Quantile(lookup, 0.99), 100);
+  EXPECT_LT(Quantile(get, 0.99), 100);
+  EXPECT_GT(probes.load(), 3);
+  // One command timeout (500 ms) for the first LOOKUP to touch the hung
+  // node; after that its slots are skipped for the backoff.
+  EXPECT_LT(slowest_probe_ms.load(), 2000);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // corrupt; and the same holds with a master killed (kill -9) mid-replay.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <fstream>
@@ -45,6 +46,9 @@ class RemoteReplayTest : public ::testing::Test {
     auto cluster = rt::testing::LoopbackCluster::Start();
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
+    secret_ = ::testing::TempDir() + "kvtier-replay-secret-" + std::to_string(getpid());
+    std::ofstream(secret_) << std::string(64, '5') << "\n";
+    ASSERT_EQ(chmod(secret_.c_str(), 0600), 0);
     DaemonOptions o;
     o.nvme = true;
     // 64 + 128 pages of 16 KiB per daemon; the rest flows to the cluster.
@@ -53,7 +57,7 @@ class RemoteReplayTest : public ::testing::Test {
                "--nvme_bytes=2MiB",
                "--log_level=warn",
                "--remote_seeds=" + absl::StrJoin(cluster_->seeds(), ","),
-               "--remote_bytes=128MiB",
+               "--remote_secret_file=" + secret_,
                // Write-through: a page one daemon PUT is in the cluster at
                // once, so the other daemon's LOOKUPs find it whatever the
                // timing of evictions (with evictions alone, 160 requests
@@ -73,6 +77,7 @@ class RemoteReplayTest : public ::testing::Test {
       EXPECT_TRUE(code.ok() && *code == 0) << d->Log();
       if (HasFailure()) std::cerr << "---- kvtierd log ----\n" << d->Log() << "\n";
     }
+    if (!secret_.empty()) std::remove(secret_.c_str());
   }
   // kvtier-stress over both daemons; the report is parsed from its JSON.
   json Replay(const std::vector<std::string>& extra = {}) {
@@ -106,8 +111,9 @@ class RemoteReplayTest : public ::testing::Test {
       EXPECT_EQ(e["corrupt_pages"], 0) << e.dump();
     }
     for (const json& t : j["daemon_tiers"])
-      if (t["name"] == "remote") {
-        EXPECT_EQ(t["corrupt_reads"], 0) << t.dump();
+      if (t["name"] == "shared") {
+        EXPECT_EQ(t["rejected"], 0) << t.dump();
+        EXPECT_EQ(t["malformed"], 0) << t.dump();
       }
   }
   uint64_t RemotePages(DaemonProcess& d) {
@@ -115,11 +121,10 @@ class RemoteReplayTest : public ::testing::Test {
     if (!c.ok()) return 0;
     auto s = (*c)->Stats();
     if (!s.ok()) return 0;
-    for (const auto& t : s->tiers())
-      if (t.name() == "remote") return t.pages();
-    return 0;
+    return s->shared_cache().published();
   }
   std::unique_ptr<rt::testing::LoopbackCluster> cluster_;
+  std::string secret_;
   std::vector<std::unique_ptr<DaemonProcess>> daemons_;
 };
 

@@ -1,13 +1,13 @@
-// kvtier-sim's remote tier on traces small enough to follow by hand: a page
+// kvtier-sim's shared cache on traces small enough to follow by hand: a page
 // one node stored reaches another only through the shared cluster, the
 // cluster drops its least recently used record, admission put, and what a
-// record gone from the cluster does to the node that still lists it.
+// record gone from the cluster does to a later LOOKUP.
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/sim/sim_test_util.h"
+#include "tiers/shared_cache/memory_shared_cache.h"
 #include "tools/sim/policy_replay.h"
-#include "tools/sim/shared_backing.h"
 
 namespace kvtier::sim {
 namespace {
@@ -16,13 +16,13 @@ using testing::Req;
 
 // Host 4 pages, NVMe 2, kvtierd's watermarks (sim_policy_test.cc
 // TwoTiersDemoteOnEvictionAndPromoteOnGet): host demotes its oldest page
-// when it reaches 4, NVMe when it reaches 2 (down to 1), into the remote
-// tier below it. Each node may keep 100 pages in a cluster of `shared`.
+// when it reaches 4, NVMe when it reaches 2 (down to 1), publishing what
+// leaves it to a shared cluster of `shared` pages.
 ReplayConfig RemoteConfig(uint64_t shared, RemoteAdmission admission = RemoteAdmission::kAll) {
   ReplayConfig c;
   c.host = PagesTier(4);
   c.nvme = PagesTier(2);
-  c.remote = SimRemoteConfig{shared, 100, admission};
+  c.remote = SimRemoteConfig{shared, admission};
   return c;
 }
 
@@ -53,7 +53,8 @@ TEST(SimRemoteTest, ANodeHitsAPageAnotherStoredOnlyThroughTheCluster) {
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->nodes.size(), 2u);
   // Node 0 SET page 1; node 1's LOOKUP missed it locally, found it with
-  // EXISTS, adopted it and read it (GET): 1 remote hit, node 1's only hit.
+  // EXISTS, and its GET fetched it into its store (adopted): 1 remote hit,
+  // node 1's only hit.
   EXPECT_EQ(r->nodes[0].hits, 0u);
   EXPECT_EQ(r->nodes[0].remote.writes, 1u);
   EXPECT_EQ(r->nodes[1].hits, 1u);
@@ -74,10 +75,10 @@ TEST(SimRemoteTest, ANodeHitsAPageAnotherStoredOnlyThroughTheCluster) {
   EXPECT_EQ(p->total.hits, 0u);
 }
 
-TEST(SimRemoteTest, APromotionKeepsTheRecordForTheOtherNodes) {
-  // Node 0 reads its page 1 back from the cluster (promoted to its host),
-  // then node 1 asks [1]: kvtierd frees node 0's slot without deleting the
-  // record, so node 1 still finds it.
+TEST(SimRemoteTest, AFetchKeepsTheRecordForTheOtherNodes) {
+  // Node 0 fetches its page 1 back from the cluster into its store, then
+  // node 1 asks [1]: a fetch never deletes the record, so node 1 still
+  // finds it.
   absl::StatusOr<NodesResult> r =
       ReplayNodes(TwoNodeTrace({Req({}), Req({1}), Req({1})}), RemoteConfig(10), 2);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -88,18 +89,34 @@ TEST(SimRemoteTest, APromotionKeepsTheRecordForTheOtherNodes) {
 }
 
 TEST(SimRemoteTest, TheClusterDropsItsLeastRecentlyUsedRecord) {
-  SharedBacking b(2);
-  b.Set("a");
-  b.Set("b");
-  EXPECT_TRUE(b.Exists("a"));  // EXISTS does not refresh a (Redis: LOOKUP_NOTOUCH)
-  b.Set("c");                  // drops a
-  EXPECT_FALSE(b.Exists("a"));
-  EXPECT_TRUE(b.Get("b"));  // GET refreshes b
-  b.Set("d");               // drops c
-  EXPECT_FALSE(b.Get("c"));
-  EXPECT_TRUE(b.Exists("b") && b.Exists("d"));
-  EXPECT_EQ(b.counters().lru_drops, 2u);
-  EXPECT_EQ(b.counters().get_misses, 1u);
+  // The cluster itself (the sim's MemorySharedCache of two pages).
+  tiers::shared_cache::MemorySharedCache b(2 * kSimPageBytes);
+  const std::vector<uint8_t> page(kSimPageBytes, 0);
+  auto set = [&](uint64_t id) {
+    EXPECT_TRUE(b.Publish("sim", KeyForPage(id), PageKey::Zero(), page.data(), page.size()));
+  };
+  auto exists = [&](uint64_t id) {
+    bool found = false;
+    b.Contains("sim", {KeyForPage(id)}, [&](std::vector<bool> p) { found = p[0]; });
+    return found;
+  };
+  auto get = [&](uint64_t id) {
+    bool found = false;
+    b.Fetch("sim", {KeyForPage(id)}, kSimPageBytes,
+            [&](std::vector<tiers::FetchedPage> p) { found = p[0].status.ok(); });
+    return found;
+  };
+  set(1);
+  set(2);
+  EXPECT_TRUE(exists(1));  // EXISTS does not refresh 1 (Redis: LOOKUP_NOTOUCH)
+  set(3);                  // drops 1
+  EXPECT_FALSE(exists(1));
+  EXPECT_TRUE(get(2));  // GET refreshes 2
+  set(4);               // drops 3
+  EXPECT_FALSE(get(3));
+  EXPECT_TRUE(exists(2) && exists(4));
+  EXPECT_EQ(b.lru_drops(), 2u);
+  EXPECT_EQ(b.counters().fetch_misses, 1u);
   EXPECT_EQ(b.records(), 2u);
   // Through the nodes, a cluster of one record: node 0's [6] makes its
   // NVMe demote 2 (host {3,4,5,6} -> 3 to NVMe {2,3} -> 2 to the cluster),
@@ -131,7 +148,7 @@ TEST(SimRemoteTest, PutAdmissionWritesEveryPutThroughAndDropsNvmeEvictions) {
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->total.hits, 0u);
   // Node 0 of the trace above: 5 PUTs, 5 SETs, all write-through; the
-  // NVMe eviction at [5] drops page 1 instead of demoting it.
+  // NVMe eviction at [5] drops page 1 without publishing it again.
   absl::StatusOr<NodesResult> r =
       ReplayNodes(TwoNodeTrace({Req({1})}), RemoteConfig(10, RemoteAdmission::kPut), 2);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -141,21 +158,41 @@ TEST(SimRemoteTest, PutAdmissionWritesEveryPutThroughAndDropsNvmeEvictions) {
   EXPECT_EQ(TierHitsOf(r->nodes[1], "remote"), 1u);
 }
 
-TEST(SimRemoteTest, ARecordGoneFromTheClusterLeavesTheIndex) {
-  // One node, a cluster of one record: [1]..[5] put 1 in it; [6] demotes 2
-  // there, which drops record 1. The first [1] finds 1 listed as remote, its
-  // GET misses, and the store drops the entry (TierManager's ReadFailed), so
-  // the PUT after the miss stores 1 again and the second [1] hits it in host.
-  // (Before that fix the entry stayed: 0 hits, every later [1] a miss.)
+TEST(SimRemoteTest, ARecordGoneFromTheClusterIsAMissThatIsStoredAgain) {
+  // One node, a cluster of one record: [1]..[5] put 1 in it; [6] publishes
+  // 2 there, which drops record 1. The first [1] misses (the store lists no
+  // remote pages: the cluster answers EXISTS no), the PUT after the miss
+  // stores 1 again, and the second [1] hits it in host.
   std::vector<SimRequest> reqs;
   for (uint64_t i = 1; i <= 6; ++i) reqs.push_back(Req({i}));
   reqs.push_back(Req({1}));
   reqs.push_back(Req({1}));
   absl::StatusOr<NodesResult> r = ReplayNodes(reqs, RemoteConfig(1), 1);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->nodes[0].remote.read_misses, 1u);
+  EXPECT_EQ(r->nodes[0].remote.read_misses, 0u);  // never fetched: EXISTS said no
+  EXPECT_EQ(r->nodes[0].remote.reads, 0u);
+  EXPECT_GE(r->backing.lru_drops, 1u);
   EXPECT_EQ(r->total.hits, 1u);
   EXPECT_EQ(TierHitsOf(r->total, "host"), 1u);
+}
+
+TEST(SimRemoteTest, ARecordDroppedBetweenLookupAndGetIsAMiss) {
+  // One node, a cluster of two records, one page per GET. After [1..6] the
+  // cluster holds 1 and 2, so the second [1..6] LOOKUP names both remote.
+  // The first GET fetches 1 into the store; the evictor that GET kicks
+  // publishes a page leaving NVMe, and the cluster drops record 2 for it,
+  // so the second GET's fetch misses: one hit, the chain cut there.
+  ReplayConfig c = RemoteConfig(2);
+  c.batch_pages = 1;
+  absl::StatusOr<NodesResult> r =
+      ReplayNodes({Req({1, 2, 3, 4, 5, 6}), Req({1, 2, 3, 4, 5, 6})}, c, 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->total.hits, 1u);
+  EXPECT_EQ(TierHitsOf(r->total, "remote"), 1u);
+  EXPECT_EQ(r->nodes[0].remote.reads, 2u);
+  EXPECT_EQ(r->nodes[0].remote.read_misses, 1u);
+  EXPECT_EQ(r->nodes[0].remote.adopted, 1u);
+  EXPECT_EQ(r->backing.get_misses, 1u);
 }
 
 TEST(SimRemoteTest, OneNodeWithoutRemoteIsTheTwoTierReplay) {

@@ -1,9 +1,11 @@
 // The batch engine: each round groups the pending keys by node, appends all
 // of a node's commands to its pipeline, flushes every node, then reads the
 // replies node by node. MOVED/ASK send a key to another round; anything
-// else ends it. One round trip per node touched, per round.
+// else ends it. One round trip per node touched, per round; none to a node
+// that is down (its keys fail at once).
 #include <hiredis/hiredis.h>
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -93,8 +95,9 @@ void RedisCluster::RouteKeys(Round& round) {
     slots[i] = KeySlot(round.cmds[i].argv[1]);
     unmapped |= map_.MasterOf(slots[i]) == nullptr;
   }
-  // A slot nobody served at the last refresh may have a master by now.
-  if (unmapped) (void)RefreshLocked({});
+  // A slot nobody served at the last refresh may have a master by now, and
+  // a down master's slots may have failed over to a replica.
+  if (unmapped || RecheckMap(slots, absl::Now())) (void)RefreshLocked({});
   round.todo.reserve(slots.size());
   for (size_t i = 0; i < slots.size(); ++i) {
     const std::string* master = map_.MasterOf(slots[i]);
@@ -108,10 +111,28 @@ void RedisCluster::RouteKeys(Round& round) {
   }
 }
 
+bool RedisCluster::RecheckMap(absl::Span<const uint16_t> slots, absl::Time now) {
+  if (now - last_refresh_ < config_.node_min_backoff || !AnyDown(now)) return false;
+  absl::flat_hash_set<absl::string_view> masters;
+  for (uint16_t slot : slots) {
+    if (const std::string* master = map_.MasterOf(slot)) masters.insert(*master);
+  }
+  for (absl::string_view master : masters) {
+    if (DownState(master, now).has_value()) return true;
+  }
+  return false;
+}
+
 void RedisCluster::SendRound(Round& round) {
   absl::flat_hash_map<absl::string_view, std::vector<const Route*>> by_node;
   for (const Route& route : round.todo) by_node[route.node].push_back(&route);
+  const absl::Time now = absl::Now();
   for (auto& [node, routes] : by_node) {
+    // Checked here, not when routing, so that redirects to it fail fast too.
+    if (std::optional<NodeHealth> down = DownState(node, now)) {
+      FastFail(routes, *down, now, round);
+      continue;
+    }
     auto conn = ConnectionTo(std::string(node));
     if (!conn.ok()) {
       FailKeys(routes, conn.status(), round);
@@ -135,15 +156,18 @@ void RedisCluster::SendRound(Round& round) {
 
 void RedisCluster::ReadRound(Round& round) {
   for (auto& [conn, routes] : round.sent) {
+    bool answered = true;
     for (size_t k = 0; k < routes.size(); ++k) {
       absl::StatusOr<ReplyPtr> reply = ReadKeyReply(*conn, routes[k]->asking);
       if (!reply.ok()) {
         // The connection is gone: this key and every later one on it fail.
         FailKeys(absl::MakeConstSpan(routes).subspan(k), reply.status(), round);
+        answered = false;
         break;
       }
       HandleReply(*routes[k], *std::move(reply), round);
     }
+    if (answered) MarkUp(conn->endpoint());  // a probe that passed clears the node
   }
 }
 
@@ -174,12 +198,30 @@ void RedisCluster::FailKeys(absl::Span<const Route* const> routes, const absl::S
                             Round& round) {
   if (routes.empty()) return;
   round.failed.insert(routes.front()->node);
+  // Unavailable is what Connection returns for I/O errors (timeout, refused,
+  // reset, EOF); a refused AUTH is an answer, not a dead node.
+  if (absl::IsUnavailable(why)) MarkDown(routes.front()->node, why);
   round.refresh = true;  // a failover may have moved these slots
   errors_.fetch_add(routes.size(), std::memory_order_relaxed);
   for (const Route* route : routes) {
     const uint16_t slot = KeySlot(round.cmds[route->index].argv[1]);
     round.on_reply(route->index,
                    KeyError(absl::StatusCode::kUnavailable, slot, route->node, why.message()));
+  }
+}
+
+void RedisCluster::FastFail(absl::Span<const Route* const> routes, const NodeHealth& down,
+                            absl::Time now, Round& round) {
+  // No refresh: RouteKeys rechecks the map once per node_min_backoff.
+  const int64_t retry_ms =
+      absl::ToInt64Milliseconds(absl::Ceil(down.down_until - now, absl::Milliseconds(1)));
+  const std::string what =
+      absl::StrCat("down, retry in ", retry_ms, " ms (last error: ", down.last_error, ")");
+  errors_.fetch_add(routes.size(), std::memory_order_relaxed);
+  fast_failed_.fetch_add(routes.size(), std::memory_order_relaxed);
+  for (const Route* route : routes) {
+    const uint16_t slot = KeySlot(round.cmds[route->index].argv[1]);
+    round.on_reply(route->index, KeyError(absl::StatusCode::kUnavailable, slot, route->node, what));
   }
 }
 

@@ -1,9 +1,12 @@
-// RedisCluster: configuration, the four batch operations (each a list of
-// key commands plus a reply decoder), connections and slot-map refresh.
-// The batch engine itself is in cluster_batch.cc.
+// RedisCluster: configuration, the batch operations (each a list of key
+// commands plus a reply decoder), connections, node health and slot-map
+// refresh. The batch engine itself is in cluster_batch.cc.
 #include "tiers/remote/redis_cluster.h"
 
 #include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -26,6 +29,10 @@ absl::Status RedisClusterConfig::Validate() const {
   }
   if (connect_timeout <= absl::ZeroDuration() || command_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("redis cluster: timeouts must be > 0");
+  }
+  if (node_min_backoff <= absl::ZeroDuration() || node_max_backoff < node_min_backoff) {
+    return absl::InvalidArgumentError(
+        "redis cluster: need 0 < node_min_backoff <= node_max_backoff");
   }
   if (max_redirects < 0 || max_redirects > 100) {
     return absl::InvalidArgumentError("redis cluster: max_redirects must be in 0..100");
@@ -69,10 +76,26 @@ std::vector<absl::StatusOr<std::optional<std::string>>> RedisCluster::MultiGet(
 void RedisCluster::VisitGet(absl::Span<const std::string> keys, ValueFn on_value) {
   std::vector<KeyCommand> cmds(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) cmds[i] = {{"GET", keys[i]}, 2};
+  VisitValues(cmds, /*empty_is_absent=*/false, on_value);
+}
+
+void RedisCluster::VisitGetCapped(absl::Span<const std::string> keys, uint64_t max_value_bytes,
+                                  ValueFn on_value) {
+  // The server parses the end as a signed 64-bit integer.
+  const uint64_t end = std::min<uint64_t>(max_value_bytes, std::numeric_limits<int64_t>::max());
+  const std::string end_arg = absl::StrCat(end);
+  std::vector<KeyCommand> cmds(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) cmds[i] = {{"GETRANGE", keys[i], "0", end_arg}, 4};
+  VisitValues(cmds, /*empty_is_absent=*/true, on_value);
+}
+
+void RedisCluster::VisitValues(absl::Span<const KeyCommand> cmds, bool empty_is_absent,
+                               ValueFn on_value) {
   RunBatch(cmds, [&](size_t i, absl::StatusOr<const redisReply*> r) {
     if (!r.ok()) {
       on_value(i, r.status());
-    } else if ((*r)->type == REDIS_REPLY_NIL) {
+    } else if ((*r)->type == REDIS_REPLY_NIL ||
+               (empty_is_absent && (*r)->type == REDIS_REPLY_STRING && (*r)->len == 0)) {
       on_value(i, std::nullopt);
     } else if ((*r)->type == REDIS_REPLY_STRING) {
       on_value(i, absl::string_view((*r)->str, (*r)->len));
@@ -165,7 +188,55 @@ RedisClusterStats RedisCluster::stats() const {
   s.refresh_failures = refresh_failures_.load(std::memory_order_relaxed);
   s.connects = connects_.load(std::memory_order_relaxed);
   s.errors = errors_.load(std::memory_order_relaxed);
+  s.node_down_events = node_down_events_.load(std::memory_order_relaxed);
+  s.fast_failed = fast_failed_.load(std::memory_order_relaxed);
   return s;
+}
+
+std::vector<std::string> RedisCluster::DownNodes() const {
+  const absl::Time now = absl::Now();
+  std::vector<std::string> out;
+  {
+    absl::MutexLock lock(&health_mu_);
+    for (const auto& [node, health] : health_) {
+      if (health.down_until > now) out.push_back(node);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<RedisCluster::NodeHealth> RedisCluster::DownState(absl::string_view node,
+                                                                absl::Time now) const {
+  absl::MutexLock lock(&health_mu_);
+  auto it = health_.find(node);
+  if (it == health_.end() || it->second.down_until <= now) return std::nullopt;
+  return it->second;
+}
+
+bool RedisCluster::AnyDown(absl::Time now) const {
+  absl::MutexLock lock(&health_mu_);
+  for (const auto& entry : health_) {
+    if (entry.second.down_until > now) return true;
+  }
+  return false;
+}
+
+void RedisCluster::MarkDown(absl::string_view node, const absl::Status& why) {
+  absl::MutexLock lock(&health_mu_);
+  NodeHealth& health = health_[node];
+  // An entry still here means no reply since the last failure: consecutive.
+  health.backoff = health.backoff == absl::ZeroDuration()
+                       ? config_.node_min_backoff
+                       : std::min(2 * health.backoff, config_.node_max_backoff);
+  health.down_until = absl::Now() + health.backoff;
+  health.last_error = std::string(why.message());
+  node_down_events_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RedisCluster::MarkUp(absl::string_view node) {
+  absl::MutexLock lock(&health_mu_);
+  if (!health_.empty()) health_.erase(node);
 }
 
 absl::StatusOr<Connection*> RedisCluster::ConnectionTo(const std::string& endpoint) {
@@ -200,19 +271,29 @@ std::vector<std::string> RedisCluster::RefreshCandidates() const {
 }
 
 absl::Status RedisCluster::RefreshLocked(const absl::flat_hash_set<std::string>& skip) {
+  const absl::Time now = absl::Now();
+  last_refresh_ = now;
+  int down = 0;
   absl::Status last = absl::UnavailableError("redis cluster: no node to ask for the slot map");
   for (const std::string& ep : RefreshCandidates()) {
     if (skip.contains(ep)) continue;
+    if (DownState(ep, now).has_value()) {
+      ++down;
+      continue;
+    }
     auto conn = ConnectionTo(ep);
     if (!conn.ok()) {
+      if (absl::IsUnavailable(conn.status())) MarkDown(ep, conn.status());
       last = conn.status();
       continue;
     }
     auto reply = (*conn)->Command({"CLUSTER", "SLOTS"});
     if (!reply.ok()) {
+      if (absl::IsUnavailable(reply.status())) MarkDown(ep, reply.status());
       last = reply.status();
       continue;
     }
+    MarkUp(ep);  // it answered, if only with an error
     if ((*reply)->type == REDIS_REPLY_ERROR) {
       last = absl::UnavailableError(absl::StrCat("CLUSTER SLOTS at ", ep, ": ", (*reply)->str));
       continue;
@@ -227,8 +308,9 @@ absl::Status RedisCluster::RefreshLocked(const absl::flat_hash_set<std::string>&
     return absl::OkStatus();
   }
   refresh_failures_.fetch_add(1, std::memory_order_relaxed);
-  return absl::Status(
-      last.code(), absl::StrCat("redis cluster: slot map refresh failed; last: ", last.message()));
+  return absl::Status(last.code(),
+                      absl::StrCat("redis cluster: slot map refresh failed (", down,
+                                   " nodes down, not asked); last: ", last.message()));
 }
 
 }  // namespace kvtier::tiers::remote

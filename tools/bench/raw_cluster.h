@@ -23,11 +23,12 @@ namespace kvtier::bench {
 // docs/OPERATIONS.md, "Record format": kvtier:{<4 hex>}:<namespace>:<hex key>,
 // the tag "16 bits of a hash of (namespace, key)". The doc names no hash: the
 // low 16 bits of xxh3-64 over the namespace bytes then the 16 key bytes, as
-// tiers/remote/remote_record.cc computes it. `remote_get` fails when a name
-// made here is not in the cluster, so a drift between the two shows.
+// tiers/shared_cache/record_key.cc computes it. `remote_get` fails when a
+// name made here is not in the cluster, so a drift between the two shows.
 std::string DocumentedRecordKey(absl::string_view ns, const PageKey& key);
-// The record header before the page bytes: 56 bytes, then the namespace.
-inline uint64_t DocumentedHeaderBytes(absl::string_view ns) { return 56 + ns.size(); }
+// The sealed record's header before the (encrypted) page bytes: 52 bytes
+// (docs/OPERATIONS.md, "Record format"); a 16-byte tag follows them.
+inline uint64_t DocumentedHeaderBytes(absl::string_view) { return 52; }
 // Redis Cluster's hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
 uint16_t ClusterSlot(absl::string_view key);
 

@@ -70,6 +70,27 @@ void PrintPrefetch(const wire::StatsReply& s) {
               (unsigned long)p.lookup_leased(), (unsigned long)p.lookup_lease_refused());
 }
 
+// The shared cache beside the store (admins only; absent without one).
+void PrintSharedCache(const wire::StatsReply& s) {
+  if (!s.has_shared_cache()) return;
+  const auto& c = s.shared_cache();
+  std::printf("\nshared cache: %s%s\n", c.backing().c_str(),
+              c.down_nodes() > 0 ? "  (DOWN, retrying)" : "");
+  std::printf("  published %lu pages (%s; not stored %lu); lookups %lu asked %lu keys, %lu held; "
+              "fetched %lu pages (%s; absent %lu)\n",
+              (unsigned long)c.published(), Bytes(c.published_bytes()).c_str(),
+              (unsigned long)c.publish_drops(), (unsigned long)c.lookups(),
+              (unsigned long)c.lookup_keys(), (unsigned long)c.lookup_hits(),
+              (unsigned long)c.fetch_hits(), Bytes(c.fetched_bytes()).c_str(),
+              (unsigned long)c.fetch_misses());
+  std::printf("  misses from node faults %lu (unreachable %lu times); refused records: not sealed "
+              "by the tenant's key %lu, oversized %lu, malformed %lu; forgotten %lu (failed %lu)\n",
+              (unsigned long)c.io_errors(), (unsigned long)c.node_down_events(),
+              (unsigned long)c.rejected(), (unsigned long)c.oversized(),
+              (unsigned long)c.malformed(), (unsigned long)c.forgotten(),
+              (unsigned long)c.forget_errors());
+}
+
 void PrintStatsTables(const wire::StatsReply& s) {
   const auto& d = s.daemon();
   std::printf("kvtierd %s  up %.1f s  sessions %u  requests %lu (errors %lu)\n", d.version().c_str(),
@@ -100,13 +121,6 @@ void PrintStatsTables(const wire::StatsReply& s) {
                 (unsigned long)t.io_inflight(), (unsigned long)t.io_errors(),
                 (unsigned long)t.recovered_pages(), (unsigned long)t.dropped_records(),
                 (unsigned long)t.clean_pages(), (unsigned long)t.cleaned());
-    if (t.name() == "remote")
-      std::printf("%-6s cluster %s (went down %lu times), corrupt values %lu, gone values %lu, "
-                  "written through %lu (not stored %lu)\n",
-                  t.name().c_str(), t.down() ? "DOWN (retrying)" : "up",
-                  (unsigned long)t.down_events(), (unsigned long)t.corrupt_reads(),
-                  (unsigned long)t.missing_reads(), (unsigned long)t.published(),
-                  (unsigned long)t.publish_drops());
     if (t.durability_failures() > 0 || t.frontend_io() > 0)
       std::printf("%-6s durability failures %lu, frontend I/O %lu\n", t.name().c_str(),
                   (unsigned long)t.durability_failures(), (unsigned long)t.frontend_io());
@@ -129,6 +143,7 @@ void PrintStatsTables(const wire::StatsReply& s) {
                 (unsigned long)n.dedup_puts(), (unsigned long)n.quota_evictions());
   }
   PrintPrefetch(s);
+  PrintSharedCache(s);
   PrintLatencyTable(s);
 }
 

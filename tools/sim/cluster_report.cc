@@ -1,6 +1,6 @@
 // FormatCluster and ClusterJson. Differences to the baselines are in
 // percentage points of the total hit rate, the unit the acceptance
-// criteria of the remote tier use ("within 2 pp", ">= 15 pp above").
+// criteria of the shared cache use ("within 2 pp", ">= 15 pp above").
 #include "tools/sim/cluster_report.h"
 
 #include <optional>
@@ -72,12 +72,12 @@ nlohmann::json NodesJson(const NodesResult& r, bool remote) {
 
 std::string FormatCluster(const ClusterStudy& s) {
   std::string out = absl::StrFormat(
-      "remote tier: %s%s; each host %s (%d pages) + nvme %s (%d "
-      "pages),\n  and up to %d remote pages by its own count (kvtierd --remote_bytes); one "
-      "shared cluster, LRU over its capacity\n",
+      "remote (shared cache): %s%s; each host %s (%d pages) + nvme %s (%d pages);\n  one "
+      "shared cluster beside the stores, LRU over its capacity (its records belong to the "
+      "cluster, not to a node)\n",
       NodesLabel(s.nodes),
       s.nodes > 1 ? absl::StrCat(", request i on node i % ", s.nodes) : std::string(), s.host_label,
-      s.host_pages, s.nvme_label, s.nvme_pages, s.node_remote_pages);
+      s.host_pages, s.nvme_label, s.nvme_pages);
   absl::StrAppendFormat(&out, kHeader, "setup", "host", "nvme", "remote", "total", "vs 1x", "vs 0r",
                         "GETs", "missed", "SETs", "EXISTS", "adopted", "DELs", "dropped");
   std::optional<SimResult> plain = s.no_remote.total;
@@ -99,9 +99,10 @@ std::string FormatCluster(const ClusterStudy& s) {
       &out,
       "  host/nvme/remote: hit pages by the tier LOOKUP named, of all page references; vs 1x: "
       "total minus one node\n  with every node's capacity; vs 0r: total minus the same nodes "
-      "without a remote tier (pp).\n  GETs (missed: record gone), SETs (demotions + PUT "
-      "write-through), EXISTS (keys a LOOKUP miss\n  checked), adopted, DELs: the nodes' "
-      "cluster commands; dropped: records the cluster's LRU evicted.\n");
+      "without the shared cache (pp).\n  GETs (missed: record gone since the LOOKUP): keys a "
+      "GET fetched; SETs: pages published (leaving\n  a store's last tier, or PUT "
+      "write-through); EXISTS: keys a LOOKUP miss checked; adopted: fetched pages\n  stored as "
+      "PUTs; DELs: records a DELETE forgot; dropped: records the cluster's LRU evicted.\n");
   return out;
 }
 
@@ -111,7 +112,6 @@ nlohmann::json ClusterJson(const ClusterStudy& s) {
                       {"nvme", s.nvme_label},
                       {"host_pages", s.host_pages},
                       {"nvme_pages", s.nvme_pages},
-                      {"node_remote_pages", s.node_remote_pages},
                       {"no_remote", NodesJson(s.no_remote, false)},
                       {"remote", nlohmann::json::array()}};
   if (s.one_big) j["one_node"] = {{"capacity", s.big_label}, {"lru", ResultJson(*s.one_big)}};

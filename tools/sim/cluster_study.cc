@@ -12,7 +12,7 @@ absl::StatusOr<ClusterStudy> RunClusterStudy(absl::Span<const SimRequest> reques
   if (config.nodes == 0) return absl::InvalidArgumentError("--nodes must be >= 1");
   if (!config.remote.empty() && config.admissions.empty())
     return absl::InvalidArgumentError("no remote admission given");
-  if (!config.node.nvme) return absl::InvalidArgumentError("the remote tier needs the NVMe tier");
+  if (!config.node.nvme) return absl::InvalidArgumentError("the study needs the NVMe tier");
   ClusterStudy s;
   s.nodes = config.nodes;
   s.host_label = config.host_label;
@@ -20,7 +20,6 @@ absl::StatusOr<ClusterStudy> RunClusterStudy(absl::Span<const SimRequest> reques
   s.big_label = config.big_label;
   s.host_pages = config.node.host.slots;
   s.nvme_pages = config.node.nvme->slots;
-  s.node_remote_pages = config.node_remote_pages;
   if (config.nodes > 1) {
     ReplayConfig big = config.big;
     big.remote.reset();
@@ -32,7 +31,7 @@ absl::StatusOr<ClusterStudy> RunClusterStudy(absl::Span<const SimRequest> reques
   for (RemoteAdmission admission : config.admissions) {
     for (const ClusterStudyConfig::Capacity& cap : config.remote) {
       ReplayConfig rc = config.node;
-      rc.remote = SimRemoteConfig{cap.pages, config.node_remote_pages, admission};
+      rc.remote = SimRemoteConfig{cap.pages, admission};
       RemoteRow row{cap.label, admission, cap.pages, {}};
       ASSIGN_OR_RETURN(row.result, ReplayNodes(requests, rc, config.nodes));
       std::fprintf(stderr, "kvtier-sim: %u nodes, remote %s (%llu pages), admission %s: %.2f%%\n",

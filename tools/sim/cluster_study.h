@@ -1,7 +1,8 @@
-// The remote-tier study of kvtier-sim: N daemons (each host + NVMe) sharing
-// one remote-tier cluster, at each cluster capacity and admission asked
-// for, next to the two setups it must beat: one daemon holding all N
-// daemons' host and NVMe capacity, and N daemons without a remote tier.
+// The shared-cache study of kvtier-sim: N daemons (each host + NVMe) sharing
+// one cache beside their stores (the "remote" cluster), at each cluster
+// capacity and admission asked for, next to the two setups it must beat:
+// one daemon holding all N daemons' host and NVMe capacity, and N daemons
+// without the shared cache.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,6 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "tools/sim/policy_replay.h"
-#include "tools/sim/remote_tier.h"
 #include "tools/sim/sim.h"
 
 namespace kvtier::sim {
@@ -22,7 +22,6 @@ struct ClusterStudyConfig {
   ReplayConfig big;   // one daemon with every node's host and NVMe (used when nodes > 1)
   std::string host_label, nvme_label, big_label;  // as given, for the report
   uint32_t nodes = 1;
-  uint64_t node_remote_pages = 0;  // each daemon's own remote accounting (--remote_bytes)
   struct Capacity {
     std::string label;  // as given, e.g. "4GiB"
     uint64_t pages = 0;
@@ -41,9 +40,9 @@ struct RemoteRow {
 struct ClusterStudy {
   uint32_t nodes = 1;
   std::string host_label, nvme_label, big_label;
-  uint64_t host_pages = 0, nvme_pages = 0, node_remote_pages = 0;
+  uint64_t host_pages = 0, nvme_pages = 0;
   std::optional<SimResult> one_big;  // nodes > 1 only
-  NodesResult no_remote;             // the nodes without a remote tier
+  NodesResult no_remote;             // the nodes without the shared cache
   std::vector<RemoteRow> rows;       // admission-major, capacities in the order given
 };
 

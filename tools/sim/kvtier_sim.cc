@@ -2,18 +2,19 @@
 // TierManager policy of tiers/ (accounting-only tiers, no daemon, no bytes)
 // at each capacity asked for, next to Belady's optimum and the
 // infinite-cache bound; prints a table and writes JSON and a PNG plot.
-// With --nodes and --remote_pages: several daemons sharing a remote tier.
+// With --nodes and --remote_pages: several daemons sharing one cache beside
+// their stores (kvtierd --remote_seeds), as an in-memory LRU cluster.
 #include <cstdio>
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "kvtier/cli.h"
 #include "kvtier/status_macros.h"
 #include "tools/sim/belady.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "tools/sim/capacity.h"
 #include "tools/sim/cluster_study.h"
 #include "tools/sim/policy_replay.h"
@@ -35,17 +36,16 @@ ABSL_FLAG(std::string, nvme_pages, "", "two-tier mode: NVMe tier capacity (pages
 ABSL_FLAG(int32_t, nodes, 1,
           "daemons replayed side by side (needs --host_pages/--nvme_pages, per node): request i "
           "goes to node i % N; N > 1 also runs one node with N times the capacity and N nodes "
-          "without a remote tier");
+          "without the shared cache");
 ABSL_FLAG(std::string, remote_pages, "",
-          "remote tier below NVMe: capacity of the one cluster all nodes share (LRU, as "
-          "maxmemory-policy allkeys-lru), pages or bytes; comma-separated for several runs");
+          "the shared cache beside the stores (kvtierd --remote_seeds): capacity of the one "
+          "cluster all nodes share (LRU, as maxmemory-policy allkeys-lru), pages or bytes; "
+          "comma-separated for several runs. Its records belong to the cluster, not to a node, "
+          "so there is no per-node budget in it (--remote_node_pages is gone)");
 ABSL_FLAG(std::string, remote_admission, "all",
-          "as kvtierd --remote_admission: all or reused (NVMe evictions enter the remote tier), or "
-          "put (every PUT's page is written through; NVMe evictions are dropped); "
-          "comma-separated for several runs");
-ABSL_FLAG(std::string, remote_node_pages, "",
-          "what each node keeps in the cluster by its own count, as kvtierd --remote_bytes "
-          "(pages or bytes); empty: kvtierd's 64GiB (with --page_bytes; unlimited without)");
+          "as kvtierd --remote_admission: all or reused (pages leaving a store's last tier are "
+          "published to the cluster first), or put (every PUT's page is published when filled; "
+          "evictions are not published again); comma-separated for several runs");
 ABSL_FLAG(double, high_watermark, 0.95, "as kvtierd --high_watermark");
 ABSL_FLAG(double, low_watermark, 0.90, "as kvtierd --low_watermark");
 ABSL_FLAG(bool, promote_on_get, true, "as kvtierd --promote_on_get");
@@ -152,16 +152,6 @@ absl::Status RunTwoTier(const std::vector<SimRequest>& reqs, const Options& o, S
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> NodeRemotePages(uint64_t page_bytes) {
-  std::string text = absl::GetFlag(FLAGS_remote_node_pages);
-  if (text.empty()) {
-    if (page_bytes == 0) return uint64_t{1} << 40;  // page counts only: no limit
-    text = "64GiB";
-  }
-  ASSIGN_OR_RETURN(CapacitySpec spec, ParseCapacity(text));
-  return ResolveRecords(spec, page_bytes);
-}
-
 // The node's tiers, and one node with `nodes` times their capacity.
 absl::Status NodeTiers(const Options& o, uint32_t nodes, ClusterStudyConfig& c) {
   ASSIGN_OR_RETURN(CapacitySpec h, ParseCapacity(absl::GetFlag(FLAGS_host_pages)));
@@ -190,7 +180,6 @@ absl::Status RunCluster(const std::vector<SimRequest>& reqs, const Options& o, S
   ClusterStudyConfig c;
   c.nodes = static_cast<uint32_t>(nodes);
   RETURN_IF_ERROR(NodeTiers(o, c.nodes, c));
-  ASSIGN_OR_RETURN(c.node_remote_pages, NodeRemotePages(o.page_bytes));
   if (!remote.empty()) {
     ASSIGN_OR_RETURN(std::vector<CapacitySpec> caps, ParseCapacityList(remote));
     for (const CapacitySpec& spec : caps) {
@@ -255,7 +244,10 @@ int main(int argc, char** argv) {
       argc, argv,
       "offline capacity planning: replays a trace through the daemon's tier policy "
       "(accounting only: no daemon, no bytes) at each capacity asked for, next to Belady's "
-      "optimum and the infinite-cache bound; prints a table, writes JSON and a PNG plot.\n"
+      "optimum and the infinite-cache bound; prints a table, writes JSON and a PNG plot. "
+      "With --nodes and --remote_pages: N daemons sharing one cache beside their stores, "
+      "whose records belong to the cluster (so --remote_node_pages, a per-node budget "
+      "there, no longer exists).\n"
       "  kvtier-sim --trace=SPEC [--capacities=1k,4k,16k,32k] [--page_bytes=1MiB] "
       "[--host_pages=N --nvme_pages=M [--nodes=K] [--remote_pages=CAP[,CAP...] "
       "--remote_admission=all|reused|put[,...]]] [--json_out=F] [--plot=F.png]");

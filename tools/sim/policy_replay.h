@@ -4,7 +4,8 @@
 // daemon's GET does), PUT the misses with parents, PUT the decode pages.
 // The daemon's evictor thread is replaced by synchronous EvictTo calls at
 // the points where the daemon kicks it. ReplayNodes runs several such
-// daemons, each its own store, sharing one remote tier.
+// daemons, each its own store, sharing one shared cache beside the stores
+// (tiers/shared_cache/, in its in-memory twin).
 #pragma once
 
 #include <cstdint>
@@ -13,26 +14,43 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "absl/strings/string_view.h"
 #include "tiers/tier_manager.h"
 #include "tools/sim/accounting_tier.h"
-#include "tools/sim/remote_tier.h"
-#include "tools/sim/shared_backing.h"
 #include "tools/sim/sim.h"
 
 namespace kvtier::sim {
 
-// The remote tier below NVMe (kvtierd --remote_seeds): one cluster shared
-// by every node of a ReplayNodes run.
+// kvtierd's --remote_admission: pages leaving a store from its last tier
+// are published to the shared cache (all, or reused ones), or put: every
+// PUT's page is published when filled and evictions are not published again.
+enum class RemoteAdmission { kAll, kReused, kPut };
+absl::StatusOr<RemoteAdmission> ParseRemoteAdmission(absl::string_view name);
+absl::string_view RemoteAdmissionName(RemoteAdmission a);
+
+// The shared cache beside the stores (kvtierd --remote_seeds): one cluster
+// shared by every node of a ReplayNodes run. Its records belong to the
+// cluster, not to a node, so there is no per-node budget in it.
 struct SimRemoteConfig {
-  uint64_t shared_pages = 0;  // the cluster's capacity (its maxmemory, LRU)
-  uint64_t node_pages = 0;    // what each node keeps there by its own count (--remote_bytes)
+  uint64_t shared_pages = 0;  // the cluster's capacity in pages (its maxmemory, LRU)
   RemoteAdmission admission = RemoteAdmission::kAll;
+};
+
+// The shared cache's commands, all nodes together, named after the Redis
+// commands that serve them in kvtierd.
+struct BackingCounters {
+  uint64_t sets = 0;        // records stored (published)
+  uint64_t gets = 0;        // keys GETs fetched
+  uint64_t get_misses = 0;  // of those: no record (dropped since the LOOKUP)
+  uint64_t exists = 0;      // keys LOOKUP misses checked
+  uint64_t deletes = 0;     // records a DELETE forgot (kvtier-stress sends none)
+  uint64_t lru_drops = 0;   // records the cluster's own LRU dropped
 };
 
 struct ReplayConfig {
   TierSize host;
   std::optional<TierSize> nvme;  // the second tier, as kvtierd --nvme_bytes
-  std::optional<SimRemoteConfig> remote;  // the third, below NVMe (needs nvme)
+  std::optional<SimRemoteConfig> remote;  // the shared cache beside the store
   // kvtierd's defaults; start_evictor_thread is ignored (always off).
   tiers::TierManagerConfig store;
   bool decode = true;  // PUT decode pages as kvtier-stress does
@@ -47,22 +65,23 @@ struct ReplayConfig {
 };
 
 // Runs every request in order from an empty store. Errors only for a bad
-// configuration (e.g. a tier of zero pages). A remote tier runs on a
-// cluster of its own (one node: ReplayNodes with nodes = 1).
+// configuration (e.g. a tier of zero pages). With config.remote the node
+// has a shared cache of its own (ReplayNodes with nodes = 1).
 absl::StatusOr<SimResult> ReplayTierManager(absl::Span<const SimRequest> requests,
                                             const ReplayConfig& config);
 
 struct NodesResult {
   std::vector<SimResult> nodes;  // per node, in node order
   SimResult total;               // every count summed over the nodes
-  BackingCounters backing;       // the shared cluster's (with a remote tier)
+  BackingCounters backing;       // the shared cache's (with config.remote)
   uint64_t backing_records = 0;  // records in the cluster at the end
 };
 
-// `nodes` daemons of `config` each (each its own host, NVMe and remote-tier
-// accounting), request i going to node i % nodes, all sharing one cluster
-// of config.remote->shared_pages when config.remote is set. InvalidArgument
-// for nodes == 0.
+// `nodes` daemons of `config` each (each its own host and NVMe), request i
+// going to node i % nodes, all sharing one shared cache of
+// config.remote->shared_pages pages when config.remote is set (a
+// MemorySharedCache: its callbacks run at once, so the replay stays
+// single-threaded and deterministic). InvalidArgument for nodes == 0.
 absl::StatusOr<NodesResult> ReplayNodes(absl::Span<const SimRequest> requests,
                                         const ReplayConfig& config, uint32_t nodes);
 

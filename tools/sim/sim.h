@@ -25,15 +25,16 @@ struct TierHits {
   uint64_t hits = 0;
 };
 
-// One node's commands to the shared remote tier (the cluster).
+// One node's commands to the shared cache beside its store (the cluster),
+// named after the Redis commands that serve them in kvtierd.
 struct RemoteCounters {
-  uint64_t reads = 0;          // GETs sent (promotions and bounce reads of remote pages)
-  uint64_t read_misses = 0;    // of those: the record was gone (missing_reads)
-  uint64_t writes = 0;         // SETs: demotions stored, plus write-through PUTs
-  uint64_t write_through = 0;  // of those: SETs made by a PUT (admission put)
-  uint64_t exists = 0;         // keys checked for LOOKUP misses (AdoptShared)
-  uint64_t adopted = 0;        // of those: adopted into the node's index
-  uint64_t deletes = 0;        // DELs (the node's own record left its store)
+  uint64_t reads = 0;          // keys GETs fetched (those missing in the store)
+  uint64_t read_misses = 0;    // of those: no record (dropped since the LOOKUP)
+  uint64_t writes = 0;         // records published: pages leaving the last tier, or PUTs
+  uint64_t write_through = 0;  // of those: published by a PUT (admission put)
+  uint64_t exists = 0;         // keys checked for LOOKUP misses (Contains)
+  uint64_t adopted = 0;        // fetched pages stored in the node's store (as PUTs)
+  uint64_t deletes = 0;        // records a DELETE forgot (kvtier-stress sends none)
 
   void Add(const RemoteCounters& o);
 };
@@ -51,7 +52,7 @@ struct SimResult {
   uint64_t evictions = 0, demotions = 0, promotions = 0, dropped = 0;
   uint64_t not_stored = 0;  // PUT pages refused (nothing evictable)
   double seconds = 0;       // wall time of the run
-  RemoteCounters remote;    // runs with a remote tier
+  RemoteCounters remote;    // runs with a shared cache
 
   double hit_rate() const { return refs == 0 ? 0 : static_cast<double>(hits) / refs; }
   double tier_rate(const std::string& tier) const;

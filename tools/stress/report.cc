@@ -169,6 +169,18 @@ std::string FormatTraffic(const json& j) {
 std::string FormatDaemonTiers(const json& j) {
   std::string s;
   for (const json& t : j["daemon_tiers"]) {
+    if (t["name"] == "shared") {
+      absl::StrAppendFormat(
+          &s,
+          "  shared cache    published %d (not %d), lookup hits %d, fetched %d (absent %d), "
+          "node errors %d, rejected %d, oversized %d, malformed %d, forgotten %d\n",
+          t["published"].get<uint64_t>(), t["publish_drops"].get<uint64_t>(),
+          t["lookup_hits"].get<uint64_t>(), t["fetch_hits"].get<uint64_t>(),
+          t["fetch_misses"].get<uint64_t>(), t["io_errors"].get<uint64_t>(),
+          t["rejected"].get<uint64_t>(), t["oversized"].get<uint64_t>(),
+          t["malformed"].get<uint64_t>(), t["forgotten"].get<uint64_t>());
+      continue;
+    }
     absl::StrAppendFormat(&s,
                           "  daemon %-7s  in %s, out %s, evictions %d, demotions %d, "
                           "promotions %d, dropped %d, checksum errors %d",
@@ -176,11 +188,6 @@ std::string FormatDaemonTiers(const json& j) {
                           t["evictions"].get<uint64_t>(), t["demotions"].get<uint64_t>(),
                           t["promotions"].get<uint64_t>(), t["dropped"].get<uint64_t>(),
                           t["checksum_errors"].get<uint64_t>());
-    if (t.contains("down_events"))
-      absl::StrAppendFormat(&s, ", corrupt reads %d, missing reads %d, down events %d%s",
-                            t["corrupt_reads"].get<uint64_t>(), t["missing_reads"].get<uint64_t>(),
-                            t["down_events"].get<uint64_t>(),
-                            t["down"].get<bool>() ? " (DOWN)" : "");
     s += "\n";
   }
   return s;

@@ -28,13 +28,23 @@ json TierJson(const wire::TierStats& a, const wire::TierStats& b) {
             {"dropped", a.dropped() - b.dropped()},
             {"checksum_errors", a.checksum_errors() - b.checksum_errors()},
             {"io_errors", a.io_errors() - b.io_errors()}};
-  if (a.name() == "remote") {
-    t["down"] = a.down();
-    t["down_events"] = a.down_events() - b.down_events();
-    t["corrupt_reads"] = a.corrupt_reads() - b.corrupt_reads();
-    t["missing_reads"] = a.missing_reads() - b.missing_reads();
-  }
   return t;
+}
+
+// The shared cache's counters over the run, as one more row named "shared".
+json SharedCacheJson(const wire::SharedCacheStats& a, const wire::SharedCacheStats& b) {
+  return json{{"name", "shared"},
+              {"published", a.published() - b.published()},
+              {"publish_drops", a.publish_drops() - b.publish_drops()},
+              {"lookup_hits", a.lookup_hits() - b.lookup_hits()},
+              {"fetch_hits", a.fetch_hits() - b.fetch_hits()},
+              {"fetch_misses", a.fetch_misses() - b.fetch_misses()},
+              {"io_errors", a.io_errors() - b.io_errors()},
+              {"rejected", a.rejected() - b.rejected()},
+              {"oversized", a.oversized() - b.oversized()},
+              {"malformed", a.malformed() - b.malformed()},
+              {"forgotten", a.forgotten() - b.forgotten()},
+              {"node_down_events", a.node_down_events() - b.node_down_events()}};
 }
 
 }  // namespace
@@ -77,6 +87,7 @@ json DaemonTiersJson(const std::optional<wire::StatsReply>& before,
       if (x.name() == a.name()) b = x;
     out.push_back(TierJson(a, b));
   }
+  if (after->has_shared_cache()) out.push_back(SharedCacheJson(after->shared_cache(), before->shared_cache()));
   return out;
 }
 
@@ -92,9 +103,7 @@ json SumDaemonTiers(const std::vector<json>& per_daemon) {
         continue;
       }
       for (auto& [k, v] : it->second.items())
-        if (k == "down")
-          v = v.get<bool>() || t[k].get<bool>();
-        else if (v.is_number_unsigned())
+        if (v.is_number_unsigned())
           v = v.get<uint64_t>() + t[k].get<uint64_t>();
     }
   json out = json::array();

@@ -1,10 +1,10 @@
-// kvtier-remote-ttft-bench: cross-host prefix reuse through the remote tier
+// kvtier-remote-ttft-bench: cross-host prefix reuse through the shared cache
 // (issue 15). A prompt is computed on node A (--writer_endpoint), its pages
 // are pushed down A's tiers into the shared Redis Cluster (EVICT host, then
 // NVMe); node B (--endpoint: another kvtierd on the same cluster, with
 // --promote_on_get=false so every repeat reads the cluster) restores them.
 // TTFT restored on B vs recomputed without a cache, alternating, medians;
-// each restore is checked to have read every page from B's remote tier
+// each restore is checked to have read every page from B's shared cache
 // (LOOKUP/GET tiers and STATS hits), and the generated tokens to match.
 // scripts/bench_remote.sh starts the cluster and both daemons.
 #include <algorithm>
@@ -30,7 +30,7 @@ ABSL_FLAG(uint32_t, tokens_per_page, 256, "tokens per KV page");
 ABSL_FLAG(std::string, kv_dtype, "fp16", "KV page dtype");
 ABSL_FLAG(std::string, writer_endpoint, "",
           "node A: computes the prompt, pushes it into the cluster");
-ABSL_FLAG(std::string, endpoint, "", "node B: restores from the remote tier");
+ABSL_FLAG(std::string, endpoint, "", "node B: restores from the shared cache");
 
 namespace {
 
@@ -54,9 +54,8 @@ kvtier::ClientOptions Options(const std::string& endpoint) {
 
 uint64_t RemoteHits(kvtier::Client& c) {
   const kvtier::wire::StatsReply st = Check(c.Stats());
-  for (const auto& t : st.tiers())
-    if (t.name() == "remote") return t.hits();
-  Die(absl::FailedPreconditionError("the daemon has no remote tier (--remote_seeds)"));
+  if (st.has_shared_cache()) return st.shared_cache().fetch_hits();
+  Die(absl::FailedPreconditionError("the daemon has no shared cache (--remote_seeds)"));
 }
 
 size_t CountTier(const std::vector<kvtier::TierKind>& v, kvtier::TierKind t) {
@@ -64,17 +63,18 @@ size_t CountTier(const std::vector<kvtier::TierKind>& v, kvtier::TierKind t) {
 }
 
 // EVICTs A's pages out of host, then out of NVMe (into the cluster), until
-// LOOKUP on A reports every page of the chain on the remote tier.
+// LOOKUP on A reports every page of the chain on the shared cache.
 void PushIntoCluster(kvtier::Client& a, const std::vector<kvtier::PageKey>& keys) {
   Check(a.Evict("", kvtier::TierKind::kHost, 0));
   for (int i = 0; i < 300; ++i) {
     Check(a.Evict("", kvtier::TierKind::kNvme, 0));
+    Check(a.Evict("", kvtier::TierKind::kHost, 0));
     auto l = Check(a.Lookup(keys));
     if (l.hits == keys.size() && CountTier(l.tiers, kvtier::TierKind::kRemote) == keys.size())
       return;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  Die(absl::DeadlineExceededError("A's pages did not reach the remote tier in 30 s"));
+  Die(absl::DeadlineExceededError("A's pages did not reach the shared cache in 30 s"));
 }
 
 GenerateResult Run(DecoderSession& s, PrefixStore* store, const std::vector<uint32_t>& prompt) {
@@ -88,9 +88,11 @@ struct Samples {
   bool all_remote = true, same_tokens = true;
 };
 
-// One restore on B: checked to have read every page from B's remote tier.
+// One restore on B: checked to have read every page from B's shared cache.
 void RestoreOnce(DecoderSession& s, PrefixStore& b, const std::vector<uint32_t>& prompt,
                  size_t pages, const std::vector<uint32_t>& want, Samples& out) {
+  // B stores what it fetches: drop its copies so each restore fetches again.
+  Check(b.client().Evict("", kvtier::TierKind::kNone, 0));
   const uint64_t before = RemoteHits(b.client());
   GenerateResult r = Run(s, &b, prompt);
   const uint64_t hits = RemoteHits(b.client()) - before;
@@ -135,13 +137,13 @@ std::unique_ptr<DecoderSession> MakeSession(uint32_t n, uint32_t tpp) {
 void PrintReport(const Samples& x, uint32_t n, size_t pages, double page_mib) {
   const double rs = Median(x.restore_ttft), rc = Median(x.recompute_ttft);
   absl::PrintF(
-      "remote ttft: %u-token prompt, %zu pages of %.2f MiB restored from the remote tier on B\n", n,
+      "remote ttft: %u-token prompt, %zu pages of %.2f MiB restored from the shared cache on B\n", n,
       pages, page_mib);
   absl::PrintF("  recompute            %9.1f ms (median of %zu)\n", rc, x.recompute_ttft.size());
   absl::PrintF("  restored on B        %9.1f ms (LOOKUP+GET %.1f ms; median of %zu)\n", rs,
                Median(x.restore_get), x.restore_ttft.size());
   absl::PrintF("  recompute/restore    %9.1fx (target >= 10)\n", rc / rs);
-  absl::PrintF("  every restore read every page from B's remote tier: %s\n",
+  absl::PrintF("  every restore read every page from B's shared cache: %s\n",
                x.all_remote ? "yes" : "NO");
   absl::PrintF("  same %u tokens as A in every run: %s\n", absl::GetFlag(FLAGS_new_tokens),
                x.same_tokens ? "yes" : "NO");
@@ -152,7 +154,7 @@ void PrintReport(const Samples& x, uint32_t n, size_t pages, double page_mib) {
 int main(int argc, char** argv) {
   kvtier::ParseCommandLine(
       argc, argv,
-      "cross-host prefix reuse through the remote tier: a prompt computed on node A "
+      "cross-host prefix reuse through the shared cache: a prompt computed on node A "
       "(--writer_endpoint) is pushed into the shared cluster and restored on node B "
       "(--endpoint, --promote_on_get=false); TTFT restored vs recomputed, same tokens. "
       "scripts/bench_remote.sh starts the cluster and the daemons.\n"

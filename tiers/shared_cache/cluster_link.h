@@ -1,8 +1,9 @@
-// The remote tier's link to its cluster: one client per channel, created
-// lazily (a RedisCluster runs one batch at a time, so reads never queue
-// behind the evictor's writes, and each pipelined reader has its own), and
-// the up/down state: once a call finds no node at all, the tier is down and
-// only one call per backoff period tries again.
+// The shared cache's link to its cluster (one per Redis ACL user): one
+// client per channel, created lazily (a RedisCluster runs one batch at a
+// time, so lookups never queue behind publishing, and each pipelined reader
+// has its own), and the up/down state: once a call finds no node at all,
+// the link is down and only one call per backoff period tries again. A
+// single hung or dead node is the client's per-node backoff (redis_cluster.h).
 #pragma once
 
 #include <atomic>
@@ -14,16 +15,25 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "tiers/remote/redis_cluster.h"
-#include "tiers/remote/remote_tier.h"
 
-namespace kvtier::tiers::remote {
+namespace kvtier::tiers::shared_cache {
+
+using remote::RedisCluster;
+using remote::RedisClusterConfig;
+
+struct LinkConfig {
+  RedisClusterConfig cluster;
+  // While the cluster is unreachable, calls skip it and one retries after
+  // a backoff doubling from min to max.
+  absl::Duration min_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+};
 
 class ClusterLink {
  public:
-  // Channels: synchronous reads and existence checks, the evictor's
-  // writes, write-through publishing, then one per pipelined reader.
-  static constexpr size_t kRead = 0, kWrite = 1, kPublish = 2, kFirstReader = 3;
-  ClusterLink(const RemoteTierConfig& config, size_t channels);
+  // Channels: lookups and forgets, publishing, then one per reader.
+  static constexpr size_t kLookup = 0, kPublish = 1, kFirstReader = 2;
+  ClusterLink(const LinkConfig& config, size_t channels);
 
   // The client of `channel` (< channels); nullptr while the cluster is down
   // and no retry is due (the caller treats it as a miss). Never blocks on
@@ -40,7 +50,7 @@ class ClusterLink {
  private:
   void MarkDownLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const RemoteTierConfig config_;
+  const LinkConfig config_;
   absl::Mutex mu_;
   // Created once, kept until the tier goes: callers use them unlocked.
   std::vector<std::unique_ptr<RedisCluster>> clients_ ABSL_GUARDED_BY(mu_);
@@ -59,4 +69,4 @@ class ClusterLink {
 bool ClusterUnreachable(size_t failed_unavailable, size_t keys, uint64_t refresh_failures_before,
                         uint64_t refresh_failures_after);
 
-}  // namespace kvtier::tiers::remote
+}  // namespace kvtier::tiers::shared_cache

@@ -1,12 +1,12 @@
 // ClusterLink (cluster_link.h): lazy clients and the down state's backoff.
-#include "tiers/remote/cluster_link.h"
+#include "tiers/shared_cache/cluster_link.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace kvtier::tiers::remote {
+namespace kvtier::tiers::shared_cache {
 
-ClusterLink::ClusterLink(const RemoteTierConfig& config, size_t channels)
+ClusterLink::ClusterLink(const LinkConfig& config, size_t channels)
     : config_(config),
       clients_(channels),
       creating_(new bool[channels]()),
@@ -70,4 +70,4 @@ bool ClusterUnreachable(size_t failed_unavailable, size_t keys, uint64_t refresh
   return keys > 0 && failed_unavailable == keys && refresh_failures_after > refresh_failures_before;
 }
 
-}  // namespace kvtier::tiers::remote
+}  // namespace kvtier::tiers::shared_cache

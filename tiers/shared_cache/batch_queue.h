@@ -1,9 +1,9 @@
-// A job queue for the remote tier's worker threads. Each worker takes every
+// A job queue for the shared cache's worker threads. Each worker takes every
 // job queued when it wakes (up to a batch of max_batch_bytes) and runs them
 // as one batch, i.e. one pipeline per cluster node: jobs that arrive
 // together (a GET's remote pages, a prefetch batch, a burst of PUTs) cost
 // one round trip per node, not one each. Pipelined reads and write-through
-// publishing (remote_tier.cc) use it.
+// publishing, lookups (redis_shared_cache.cc) use it.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
-namespace kvtier::tiers::remote {
+namespace kvtier::tiers::shared_cache {
 
 // Job: movable, with a `uint64_t bytes` member (its share of a batch).
 template <typename Job>
@@ -42,9 +42,9 @@ class BatchQueue {
   BatchQueue(const BatchQueue&) = delete;
   BatchQueue& operator=(const BatchQueue&) = delete;
 
-  // Queues `job`; false (the job is dropped, not run) when max_queued_bytes
-  // are queued already. Thread-safe.
-  bool Push(Job job) ABSL_LOCKS_EXCLUDED(mu_) {
+  // Queues `job`; false when max_queued_bytes are queued already: the job
+  // is then left untouched with the caller (to answer it). Thread-safe.
+  bool Push(Job&& job) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (max_queued_bytes_ != 0 && queued_bytes_ + job.bytes > max_queued_bytes_ && !jobs_.empty())
       return false;
@@ -90,4 +90,4 @@ class BatchQueue {
   std::vector<std::thread> threads_;  // last: started once the rest is built
 };
 
-}  // namespace kvtier::tiers::remote
+}  // namespace kvtier::tiers::shared_cache
