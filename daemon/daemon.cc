@@ -21,6 +21,9 @@
 #include "spdlog/spdlog.h"
 #include "tiers/host_tier.h"
 #include "tiers/io_guard.h"
+#ifdef KVTIER_HAVE_REMOTE
+#include "tiers/remote/redis_cluster.h"
+#endif
 
 namespace kvtier::daemon {
 namespace {
@@ -209,6 +212,9 @@ absl::Status Daemon::Run(const std::atomic<bool>& stop) {
   // defers what it would write here, and counts it (forbidden_io) if
   // anything still does.
   tiers::NoDiskIoScope no_disk_io;
+#ifdef KVTIER_HAVE_REMOTE
+  tiers::remote::NoNetworkIoScope no_network_io;  // the shared cache's work is its threads'
+#endif
   zmq::pollitem_t items[] = {{router_->handle(), 0, ZMQ_POLLIN, 0},
                              {completions_->handle(), 0, ZMQ_POLLIN, 0}};
   absl::Time next_reap = absl::Now() + absl::Seconds(1);

@@ -212,6 +212,7 @@ void RenderSharedCache(const tiers::SharedCacheCounters& c, Exposition& x) {
       {"kvtier_shared_cache_forget_errors_total", "counter", "Records DELETE could not delete (node down).", c.forget_errors},
       {"kvtier_shared_cache_node_down_events_total", "counter", "Times the cluster was found unreachable.", c.node_down_events},
       {"kvtier_shared_cache_down_nodes", "gauge", "Cluster nodes in backoff now.", c.down_nodes},
+      {"kvtier_shared_cache_frontend_io_total", "counter", "Network batches on the frontend thread (a bug: always 0).", c.frontend_io},
   };
   for (const Row& r : rows) {
     x.Family(r.name, r.type, r.help);

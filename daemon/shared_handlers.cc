@@ -163,6 +163,7 @@ void Daemon::FillSharedCacheStats(wire::StatsReply* out) const {
   w->set_forget_errors(c.forget_errors);
   w->set_node_down_events(c.node_down_events);
   w->set_down_nodes(c.down_nodes);
+  w->set_frontend_io(c.frontend_io);
 }
 
 }  // namespace kvtier::daemon

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Remote tier benchmarks (issue 15), on a private loopback Redis Cluster
+# Shared-cache benchmarks (issues 15 and 23), on a private loopback Redis Cluster
 # (scripts/redis_cluster.sh: 3 masters + 3 replicas) and two kvtierd nodes
 # sharing it, all started here and stopped at the end:
-#   get      64 x 1 MiB pages PUT on node A and EVICTed into the cluster, read
-#            by node B (--promote_on_get=false: every GET reads the remote
-#            tier) in 64- and 32-page GETs, vs a raw pipelined hiredis GET of
+#   get      64 x 1 MiB pages PUT on node A and EVICTed into the cluster (sealed), read
+#            by node B (each repeat first drops B's copies: every GET fetches,
+#            opens and stores) in 64- and 32-page GETs, vs a raw pipelined hiredis GET of
 #            the same records (kvtier-bench remote_get). Target: >= 0.8x.
 #   decoder  a 4,096-token prompt computed on A, pushed into the cluster and
 #            restored on B: TTFT vs recomputing, same tokens

@@ -6,6 +6,7 @@
 #   b  two daemons, each 1GiB + 4GiB, no shared cache; requests alternate
 #   c  as b, both on one loopback Redis Cluster (scripts/redis_cluster.sh)
 #   d  as c, with one master killed (kill -9) at FAILOVER_AT of the replay
+#   e  as c, with one master hung (SIGSTOP) for HANG_S (10) seconds there
 # and prints hit rates, (c)-(a) and (c)-(b) in percentage points, corrupt
 # pages, the shared cache's counters (kvtierctl stats) and, for d, failed
 # requests and the time until the hit rate is back within 2 pp of its value
@@ -25,8 +26,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
-CONFIGS="${CONFIGS:-a b c d}"
-[ "${FAILOVER:-1}" = 1 ] || CONFIGS="${CONFIGS//d/}"
+CONFIGS="${CONFIGS:-a b c d e}"
+HANG_S="${HANG_S:-10}"
+[ "${FAILOVER:-1}" = 1 ] || CONFIGS="${CONFIGS//[de]/}"
 FAILOVER_AT="${FAILOVER_AT:-0.4}"
 MAX_REQUESTS="${MAX_REQUESTS:-0}"
 TRACE="${TRACE:-tests/data/synthetic_trace.jsonl}"
@@ -84,8 +86,9 @@ cluster_rss_mb() {
   echo $((sum / 1024))
 }
 
-# kill_master_at LABEL STRESS_PID: kill -9 the first master once the replay
-# (its progress bar in $TMP/LABEL.err) has done FAILOVER_AT of its requests.
+# kill_master_at LABEL STRESS_PID [hang]: kill -9 the first master once the
+# replay (its progress bar in $TMP/LABEL.err) has done FAILOVER_AT of its
+# requests; with "hang", SIGSTOP it for HANG_S seconds instead, then SIGCONT.
 kill_master_at() {
   local done_n total d port
   while kill -0 "$2" 2>/dev/null; do
@@ -96,6 +99,14 @@ kill_master_at() {
       for d in "$CLUSTER"/node-*; do
         port=$(cat "$d/port")
         [ "$(redis-cli -p "$port" role 2>/dev/null | head -1)" = master ] || continue
+        if [ "${3:-}" = hang ]; then
+          kill -STOP "$(cat "$d/redis.pid")"
+          echo "$(date +%s.%N) $done_n $total 127.0.0.1:$port" >"$OUT/$1-kill.txt"
+          echo "== $1: hung master 127.0.0.1:$port at request $done_n of $total for ${HANG_S}s"
+          sleep "$HANG_S"
+          kill -CONT "$(cat "$d/redis.pid")"
+          return 0
+        fi
         kill -9 "$(cat "$d/redis.pid")"
         echo "$(date +%s.%N) $done_n $total 127.0.0.1:$port" >"$OUT/$1-kill.txt"
         echo "== $1: killed master 127.0.0.1:$port at request $done_n of $total"
@@ -133,6 +144,7 @@ replay() {
     >"$OUT/$label.txt" 2>"$TMP/$label.err" &
   local spid=$!
   [ "$label" = d ] && kill_master_at "$label" "$spid"
+  [ "$label" = e ] && kill_master_at "$label" "$spid" hang
   wait "$spid"
   local rc=$?
   set -e
@@ -152,7 +164,8 @@ for c in $CONFIGS; do
     b) replay b "$(mib 1024)" "$(mib 4096)" 2 ;;
     c) replay c "$(mib 1024)" "$(mib 4096)" 2 remote ;;
     d) replay d "$(mib 1024)" "$(mib 4096)" 2 remote ;;
-    *) echo "unknown config '$c' (a b c d)" >&2; exit 2 ;;
+    e) replay e "$(mib 1024)" "$(mib 4096)" 2 remote ;;
+    *) echo "unknown config '$c' (a b c d e)" >&2; exit 2 ;;
   esac
 done
 python3 scripts/lib/remote_replay_summary.py "$OUT" "$SERIES_INTERVAL_MS"

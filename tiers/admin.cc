@@ -65,8 +65,7 @@ absl::StatusOr<uint64_t> TierManager::EvictNamespace(NamespaceId ns, std::option
 }
 
 absl::StatusOr<uint64_t> TierManager::FlushToPersistent() {
-  // Flushes to the backup tier (NVMe): a remote tier below it is shared,
-  // not where a restart looks.
+  // Flushes to the backup tier (NVMe), where a restart looks.
   const size_t last = std::min(impl_->backup_tier, impl_->tiers.size() - 1);
   if (!impl_->HasBackupTier())
     return absl::FailedPreconditionError(absl::StrCat(

@@ -226,8 +226,7 @@ bool TierManager::Impl::FinishMove(PageMove& m) {
       case MoveKind::kPromote: {
         // Inclusive NVMe: a page promoted from the backup tier keeps its
         // copy there, clean, so it survives a restart and its next demotion
-        // writes nothing. (From a remote tier this node lets go of the copy:
-        // a backup lives on NVMe only; the record stays, see below.)
+        // writes nothing.
         const bool keep_old = IsBackupTier(m.from);
         SwitchTierLocked(shard, e, m.to, *m.dst, /*keep_backup=*/true);
         if (keep_old) SetBackupLocked(shard, e, m.old);

@@ -72,8 +72,11 @@ void TierManager::Impl::TouchKey(NamespaceId ns, const PageKey& key) {
   if (PageEntry* e = shard.FindLocked(ns, key)) shard.TouchLocked(e, NextStamp());
 }
 
+PagePin::PagePin(TierManager* mgr, PageEntry* entry, bool hold)
+    : mgr_(mgr), entry_(entry), hold_(hold), bytes_(entry->slot.bytes) {}
+
 PagePin::PagePin(PagePin&& other) noexcept
-    : mgr_(other.mgr_), entry_(other.entry_), hold_(other.hold_) {
+    : mgr_(other.mgr_), entry_(other.entry_), hold_(other.hold_), bytes_(other.bytes_) {
   other.mgr_ = nullptr;
   other.entry_ = nullptr;
   other.hold_ = false;
@@ -85,6 +88,7 @@ PagePin& PagePin::operator=(PagePin&& other) noexcept {
     mgr_ = other.mgr_;
     entry_ = other.entry_;
     hold_ = other.hold_;
+    bytes_ = other.bytes_;
     other.mgr_ = nullptr;
     other.entry_ = nullptr;
     other.hold_ = false;
@@ -107,7 +111,7 @@ void PagePin::Reset() {
 TierKind PagePin::tier() const {
   return entry_ == nullptr ? TierKind::kHost : mgr_->impl_->tiers[entry_->tier]->tier->kind();
 }
-uint64_t PagePin::bytes() const { return entry_ == nullptr ? 0 : entry_->slot.bytes; }
+uint64_t PagePin::bytes() const { return entry_ == nullptr ? 0 : bytes_; }
 uint64_t PagePin::checksum() const { return entry_ == nullptr ? 0 : entry_->checksum; }
 Slot PagePin::slot() const { return entry_ == nullptr ? Slot{} : entry_->slot; }
 

@@ -137,11 +137,13 @@ class PagePin {
   friend class TierManager;
   friend class PageReadBatch;
   friend class LayerReadBatch;
-  PagePin(TierManager* mgr, PageEntry* entry, bool hold = false)
-      : mgr_(mgr), entry_(entry), hold_(hold) {}
+  // Under the shard lock (the page's size is read there once: a hold does
+  // not stop a promotion from switching the entry's slot).
+  PagePin(TierManager* mgr, PageEntry* entry, bool hold = false);
   TierManager* mgr_ = nullptr;
   PageEntry* entry_ = nullptr;
   bool hold_ = false;
+  uint64_t bytes_ = 0;  // the page's size: the same in every tier
 };
 
 // A slot reserved for a PUT, holding the key's in-flight claim: while it

@@ -14,7 +14,8 @@ BASELINE_S = 10.0
 WINDOW = 3
 TOLERANCE = 0.02
 LABELS = {"a": "(a) 1 daemon, 2GiB+8GiB", "b": "(b) 2 daemons, 1GiB+4GiB each",
-          "c": "(c) (b) + shared cache", "d": "(d) (c) + master killed"}
+          "c": "(c) (b) + shared cache", "d": "(d) (c) + master killed",
+          "e": "(e) (c) + master hung 10 s"}
 
 
 def load(path):
@@ -73,9 +74,9 @@ def pct(x):
 
 def main():
     out, interval_s = sys.argv[1], int(sys.argv[2]) / 1000.0
-    reports = {k: load(os.path.join(out, f"{k}.json")) for k in "abcd"}
+    reports = {k: load(os.path.join(out, f"{k}.json")) for k in "abcde"}
     print("\n== summary (hit rate of pages looked up, by the tier LOOKUP reported; remote hit:\n"
-          "   share of hits LOOKUP found on the remote tier; remote GET: share of GET bytes the\n"
+          "   share of hits LOOKUP found on the shared cache; remote GET: share of GET bytes the\n"
           "   daemon served from it, lower when LOOKUP lookahead promoted the page first)")
     print(f"{'config':32} {'requests':>8} {'hit rate':>8} {'host':>8} {'nvme':>8} {'remote':>8} "
           f"{'failed':>6} {'corrupt':>7} {'remote hit':>10} {'remote GET':>10} {'wall s':>7}")
@@ -93,7 +94,7 @@ def main():
         print(f"(c)-(a) {100 * (hr['c'] - hr['a']):+.2f} pp (target: within 2 pp)")
     if "c" in hr and "b" in hr:
         print(f"(c)-(b) {100 * (hr['c'] - hr['b']):+.2f} pp (target: >= +15 pp)")
-    for k in "cd":
+    for k in "cde":
         r = reports[k]
         if r is None:
             continue
@@ -103,6 +104,7 @@ def main():
               f"remote hits (LOOKUP tier) on pages PUT via the other daemon {r['remote_hits_other_endpoint']}; "
               f"{rss}")
     failover(out, reports.get("d"), interval_s)
+    failover(out, reports.get("e"), interval_s, "e", "hung (SIGSTOP)")
 
 
 def load_text(path):
@@ -113,25 +115,26 @@ def load_text(path):
         return ""
 
 
-def failover(out, report, interval_s):
+def failover(out, report, interval_s, label="d", what="killed"):
     if report is None:
         return
-    kill = load_text(os.path.join(out, "d-kill.txt")).split()
+    kill = load_text(os.path.join(out, f"{label}-kill.txt")).split()
+    tag = f"({label})"
     if not kill:
-        print("(d) no master was killed (the replay ended first?)")
+        print(f"{tag} no master was {what} (the replay ended first?)")
         return
     base, lowest, rec, kill_t = recovery(report, float(kill[0]))
-    print(f"(d) master {kill[3]} killed at request {kill[1]} of {kill[2]} "
+    print(f"{tag} master {kill[3]} {what} at request {kill[1]} of {kill[2]} "
           f"(t = {kill_t:.1f} s): failed requests {report['failed_requests']}, "
           f"corrupt pages {report['corrupt_pages']}")
     if base is None:
-        print("(d) no hit-rate samples before the kill: recovery not measured")
+        print(f"{tag} no hit-rate samples before the fault: recovery not measured")
     elif rec is None:
-        print(f"(d) hit rate before the kill {pct(base)}, lowest interval after {pct(lowest)}: "
+        print(f"{tag} hit rate before the fault {pct(base)}, lowest interval after {pct(lowest)}: "
               f"NEVER back within 2 pp before the replay ended")
     else:
-        print(f"(d) hit rate before the kill {pct(base)}, lowest interval after {pct(lowest)}; "
-              f"back within 2 pp {rec:.1f} s after the kill (resolution {interval_s:g} s, "
+        print(f"{tag} hit rate before the fault {pct(base)}, lowest interval after {pct(lowest)}; "
+              f"back within 2 pp {rec:.1f} s after the fault (resolution {interval_s:g} s, "
               f"{WINDOW}-interval window)")
 
 

@@ -4,7 +4,9 @@
 // promotion from NVMe landing in the host tier, and MarkFilled after a DMA.
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "tests/unit/tiers_test_util.h"
@@ -194,6 +196,35 @@ TEST_F(HbmChainTest, MarkFilledPublishesBytesCopiedByDma) {
   EXPECT_TRUE(res.Commit());
   ExpectBytes(3);
   dev_->Free(*client);
+}
+
+// Issue 23, item 9: a lease's hold read the entry's slot without the shard
+// lock while a promotion switched it (a data race TSan reports). A hold
+// now reads the page's size once, under the lock.
+TEST_F(HbmChainTest, HoldsReadTheirSizeWhilePromotionsSwitchTheSlot) {
+  constexpr uint64_t kKeys = 8;
+  for (uint64_t k = 1; k <= kKeys; ++k) ASSERT_TRUE(Put(*mgr_, ns_, 100 + k, kPage).ok());
+  mgr_->EvictTo(0, 0);
+  mgr_->EvictTo(1, 0);
+  std::atomic<bool> stop{false};
+  std::thread holder([&] {
+    while (!stop) {
+      for (uint64_t k = 1; k <= kKeys; ++k) {
+        std::optional<PagePin> hold = mgr_->HoldForLease(ns_, Key(100 + k));
+        if (hold) EXPECT_EQ(hold->bytes(), kPage);
+      }
+    }
+  });
+  for (int round = 0; round < 20; ++round) {
+    for (uint64_t k = 1; k <= kKeys; ++k) {
+      std::optional<PagePin> pin = mgr_->PinForPromotion(ns_, Key(100 + k));
+      if (pin) (void)mgr_->PromoteTo(*pin, 1);
+    }
+    mgr_->EvictTo(1, 0);  // back down to NVMe, for the next round
+  }
+  stop = true;
+  holder.join();
+  for (uint64_t k = 1; k <= kKeys; ++k) ExpectBytes(100 + k);
 }
 
 }  // namespace

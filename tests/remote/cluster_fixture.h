@@ -1,4 +1,4 @@
-// A real loopback Redis Cluster for the remote tier's integration tests:
+// A real loopback Redis Cluster for the shared cache's integration tests:
 // started and stopped with scripts/redis_cluster.sh in a fresh temp dir, plus
 // admin commands sent straight to one node (migrations, ACL users).
 #pragma once

@@ -243,6 +243,11 @@ TEST_F(RemoteDaemonTest, AHungMasterStallsNoOneElse) {
   // One command timeout (500 ms) for the first LOOKUP to touch the hung
   // node; after that its slots are skipped for the backoff.
   EXPECT_LT(slowest_probe_ms.load(), 2000);
+  auto admin = Connect(*a_, "admin", "tok-admin");
+  auto s = admin->Stats();
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->shared_cache().frontend_io(), 0u);
+  EXPECT_GT(s->shared_cache().io_errors(), 0u);  // the hung node's keys: misses
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // kvtier-stress over two real kvtierds sharing one loopback Redis Cluster,
 // with host and NVMe tiers far below the replay's pages: requests alternate
 // between the daemons, so pages one daemon PUT (and demoted to the cluster)
-// are read by the other from the remote tier. No request fails, no page is
+// are read by the other from the shared cache. No request fails, no page is
 // corrupt; and the same holds with a master killed (kill -9) mid-replay.
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -72,6 +72,7 @@ absl::StatusOr<ReplyPtr> ReadKeyReply(Connection& conn, bool asking) {
 }  // namespace
 
 void RedisCluster::RunBatch(absl::Span<const KeyCommand> cmds, ReplyFn on_reply) {
+  if (NetworkIoForbiddenHere()) forbidden_io_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   Round round(on_reply);
   round.cmds = cmds;

@@ -178,6 +178,14 @@ SlotMap RedisCluster::slot_map() const {
   return map_;
 }
 
+namespace {
+thread_local bool tls_no_network_io = false;
+}  // namespace
+
+NoNetworkIoScope::NoNetworkIoScope() : prev_(tls_no_network_io) { tls_no_network_io = true; }
+NoNetworkIoScope::~NoNetworkIoScope() { tls_no_network_io = prev_; }
+bool NetworkIoForbiddenHere() { return tls_no_network_io; }
+
 RedisClusterStats RedisCluster::stats() const {
   RedisClusterStats s;
   s.requests = requests_.load(std::memory_order_relaxed);
@@ -190,6 +198,7 @@ RedisClusterStats RedisCluster::stats() const {
   s.errors = errors_.load(std::memory_order_relaxed);
   s.node_down_events = node_down_events_.load(std::memory_order_relaxed);
   s.fast_failed = fast_failed_.load(std::memory_order_relaxed);
+  s.forbidden_io = forbidden_io_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -1,4 +1,4 @@
-// A Redis Cluster client for the remote tier: routes each key to the master
+// A Redis Cluster client for the shared cache: routes each key to the master
 // serving its hash slot and runs a batch as one pipeline per node touched,
 // following MOVED/ASK redirects and riding out failovers. A small slot router
 // of our own over hiredis (Debian ships no cluster-aware C/C++ client).
@@ -66,7 +66,23 @@ struct RedisClusterStats {
   uint64_t errors = 0;    // per-key errors returned
   uint64_t node_down_events = 0;  // nodes marked down (a failed probe counts again)
   uint64_t fast_failed = 0;       // keys failed unsent, their node down (also in errors)
+  uint64_t forbidden_io = 0;      // batches run inside a NoNetworkIoScope (a bug; tests assert 0)
 };
+
+// Threads that must never wait on the network (kvtierd's frontend) say so
+// with a NoNetworkIoScope; a batch run on such a thread anyway is counted
+// (RedisClusterStats::forbidden_io), so tests can prove it never happens.
+class NoNetworkIoScope {
+ public:
+  NoNetworkIoScope();
+  ~NoNetworkIoScope();
+  NoNetworkIoScope(const NoNetworkIoScope&) = delete;
+  NoNetworkIoScope& operator=(const NoNetworkIoScope&) = delete;
+
+ private:
+  bool prev_;
+};
+bool NetworkIoForbiddenHere();
 
 // A pair for MultiSet. Views: the bytes must outlive the call (they are
 // copied once, into the node's pipeline buffer).
@@ -210,7 +226,8 @@ class RedisCluster {
   absl::flat_hash_map<std::string, NodeHealth> health_ ABSL_GUARDED_BY(health_mu_);
 
   std::atomic<uint64_t> requests_{0}, pipelines_{0}, moved_{0}, ask_{0}, refreshes_{0},
-      refresh_failures_{0}, connects_{0}, errors_{0}, node_down_events_{0}, fast_failed_{0};
+      refresh_failures_{0}, connects_{0}, errors_{0}, node_down_events_{0}, fast_failed_{0},
+      forbidden_io_{0};
 };
 
 }  // namespace kvtier::tiers::remote

@@ -65,6 +65,19 @@ void ClusterLink::MarkDownLocked() {
   retry_at_ = absl::Now() + backoff_;
 }
 
+ClusterLink::Health ClusterLink::health() const {
+  Health h;
+  absl::MutexLock lock(&mu_);
+  for (const auto& c : clients_) {
+    if (c == nullptr) continue;
+    const remote::RedisClusterStats s = c->stats();
+    h.node_down_events += s.node_down_events;
+    h.forbidden_io += s.forbidden_io;
+    h.down_nodes = std::max<uint64_t>(h.down_nodes, c->DownNodes().size());
+  }
+  return h;
+}
+
 bool ClusterUnreachable(size_t failed_unavailable, size_t keys, uint64_t refresh_failures_before,
                         uint64_t refresh_failures_after) {
   return keys > 0 && failed_unavailable == keys && refresh_failures_after > refresh_failures_before;

@@ -45,13 +45,19 @@ class ClusterLink {
   void Report(bool reachable) ABSL_LOCKS_EXCLUDED(mu_);
 
   bool down() const { return down_flag_.load(std::memory_order_relaxed); }
+  // Sums of its clients' stats: nodes in backoff now (a gauge), times a
+  // node went down, batches run on a NoNetworkIoScope thread.
+  struct Health {
+    uint64_t down_nodes = 0, node_down_events = 0, forbidden_io = 0;
+  };
+  Health health() const ABSL_LOCKS_EXCLUDED(mu_);
   uint64_t down_events() const { return down_events_.load(std::memory_order_relaxed); }
 
  private:
   void MarkDownLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const LinkConfig config_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // Created once, kept until the tier goes: callers use them unlocked.
   std::vector<std::unique_ptr<RedisCluster>> clients_ ABSL_GUARDED_BY(mu_);
   // Not vector<bool>: Await needs the address of one flag.

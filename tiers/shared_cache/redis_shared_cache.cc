@@ -88,6 +88,11 @@ class RedisSharedCache final : public SharedCache {
   };
 
   Tenant TenantOf(absl::string_view ns) const;
+  std::vector<const ClusterLink*> AllLinks() const {
+    std::vector<const ClusterLink*> all{default_link_.get()};
+    for (const auto& [ns, link] : ns_links_) all.push_back(link.get());
+    return all;
+  }
   // Runs `keys` on `link`'s `channel` client: per key its reply or error
   // (Unavailable for the whole batch when the link is down). Reports
   // reachability to the link and counts I/O errors.
@@ -502,9 +507,12 @@ SharedCacheCounters RedisSharedCache::counters() const {
   c.malformed = get(malformed_);
   c.forgotten = get(forgotten_);
   c.forget_errors = get(forget_errors_);
-  c.node_down_events = default_link_->down_events();
-  c.down_nodes = default_link_->down() ? 1 : 0;
-  for (const auto& [ns, link] : ns_links_) c.node_down_events += link->down_events();
+  for (const ClusterLink* link : AllLinks()) {
+    const ClusterLink::Health h = link->health();
+    c.node_down_events += link->down_events() + h.node_down_events;
+    c.down_nodes = std::max(c.down_nodes, link->down() ? uint64_t{1} : h.down_nodes);
+    c.frontend_io += h.forbidden_io;
+  }
   return c;
 }
 

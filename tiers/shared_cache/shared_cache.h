@@ -36,8 +36,9 @@ struct SharedCacheCounters {
   uint64_t malformed = 0;        // wrong size or format (corrupt, another layout)
   uint64_t forgotten = 0;        // records deleted by Forget
   uint64_t forget_errors = 0;    // keys Forget could not delete (node down)
-  uint64_t node_down_events = 0; // nodes marked down (per-node backoff)
-  uint64_t down_nodes = 0;       // nodes down now (a gauge)
+  uint64_t node_down_events = 0; // cluster or node found unreachable (backoffs started)
+  uint64_t down_nodes = 0;       // nodes in backoff now (a gauge)
+  uint64_t frontend_io = 0;      // network batches on a no-network thread (a bug: always 0)
 };
 
 // One key's outcome of a Fetch.

@@ -30,7 +30,7 @@ absl::StatusOr<uint64_t> RemoteHits(Client& c) {
       "the daemon has no shared cache (--remote_seeds), or the session is not an admin");
 }
 
-// Leading keys LOOKUP reports on the remote tier.
+// Leading keys LOOKUP reports on the shared cache.
 absl::StatusOr<size_t> OnRemote(Client& c, absl::Span<const PageKey> keys) {
   ASSIGN_OR_RETURN(LookupResult l, c.Lookup(keys));
   size_t n = 0;
@@ -54,12 +54,12 @@ absl::Status StoreRemotely(const BenchOptions& o, const RemoteGetOptions& r,
     if (n == keys.size()) return absl::OkStatus();
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return absl::DeadlineExceededError("the writer's pages did not reach the remote tier in 30 s");
+  return absl::DeadlineExceededError("the writer's pages did not reach the shared cache in 30 s");
 }
 
 struct Series {
   std::vector<double> kvtier, raw;
-  bool all_remote = true;  // every timed GET read every page from the remote tier
+  bool all_remote = true;  // every timed GET read every page from the shared cache
 };
 
 // One timed kvtier GET of every page; checks the STATS hit count around it.
@@ -139,7 +139,7 @@ absl::StatusOr<Setup> Prepare(const BenchOptions& o, const RemoteGetOptions& r) 
                    OnRemote(*x.rig.client, x.keys));  // the reader's LOOKUP finds them
   if (adopted != x.keys.size())
     return absl::NotFoundError(absl::StrCat("the reader's LOOKUP found ", adopted, " of ",
-                                            x.keys.size(), " pages on the remote tier"));
+                                            x.keys.size(), " pages on the shared cache"));
   x.skip = DocumentedHeaderBytes(ns);
   for (size_t i = 0; i < x.keys.size(); ++i) x.dst.push_back(x.rig.page(i));
   return x;
@@ -185,7 +185,7 @@ absl::StatusOr<nlohmann::json> RunRemoteGet(const BenchOptions& o, const RemoteG
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   ASSIGN_OR_RETURN(std::vector<Series> series, Measure(o, r, x));
   std::printf(
-      "remote_get: %zu x %s pages in the remote tier (%zu masters), median of %d, "
+      "remote_get: %zu x %s pages in the shared cache (%zu masters), median of %d, "
       "bytes verified both ways; key %s\n",
       x.keys.size(), HumanBytes(r.page_bytes).c_str(), x.raw->masters(), o.repeats,
       x.names[0].c_str());

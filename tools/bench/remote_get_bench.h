@@ -1,4 +1,4 @@
-// `remote_get`: GET of pages that sit in the remote tier (Redis Cluster)
+// `remote_get`: GET of pages that sit in the shared cache (Redis Cluster)
 // through a reader kvtierd, against the raw pipelined hiredis GET of the same
 // records from the same cluster (raw_cluster.h), in the same repeat loop.
 #pragma once
@@ -14,10 +14,10 @@
 namespace kvtier::bench {
 
 struct RemoteGetOptions {
-  // A daemon with the remote tier that PUTs the pages and EVICTs them down
+  // A daemon with the shared cache that PUTs the pages and EVICTs them down
   // into the cluster. The reader is BenchOptions::endpoint: another daemon
   // on the same cluster, with --promote_on_get=false so every GET reads the
-  // remote tier, and --prefetch_lookahead=false.
+  // shared cache, and --prefetch_lookahead=false.
   std::string writer_endpoint;
   std::vector<std::string> seeds;  // host:port of cluster nodes (the raw client's)
   size_t pages = 64;

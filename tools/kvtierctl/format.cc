@@ -74,8 +74,11 @@ void PrintPrefetch(const wire::StatsReply& s) {
 void PrintSharedCache(const wire::StatsReply& s) {
   if (!s.has_shared_cache()) return;
   const auto& c = s.shared_cache();
-  std::printf("\nshared cache: %s%s\n", c.backing().c_str(),
-              c.down_nodes() > 0 ? "  (DOWN, retrying)" : "");
+  std::printf("\nshared cache: %s", c.backing().c_str());
+  if (c.down_nodes() > 0)
+    std::printf("  (%lu node(s) down: their pages miss, retrying with backoff)",
+                (unsigned long)c.down_nodes());
+  std::printf("\n");
   std::printf("  published %lu pages (%s; not stored %lu); lookups %lu asked %lu keys, %lu held; "
               "fetched %lu pages (%s; absent %lu)\n",
               (unsigned long)c.published(), Bytes(c.published_bytes()).c_str(),
