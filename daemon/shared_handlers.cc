@@ -97,32 +97,46 @@ bool Daemon::StartSharedFetch(Session& s, const DecodedRequest& d, const std::st
                               Frames& frames) {
   if (shared_ == nullptr || poster_ == nullptr || s.page_bytes == 0 || d.keys.empty())
     return false;
-  // A probe (no recency, no counts): the GET itself counts its hits.
-  std::vector<PageKey> missing;
-  for (const PageKey& k : d.keys)
-    if (store_->Locate(s.ns, k) < 0) missing.push_back(k);
-  if (missing.empty()) return false;
+  // Each key missing here becomes an ordinary PUT before it is fetched:
+  // claimed (a key stored or fetched meanwhile is a dedup, not fetched
+  // twice), charged to the tenant's quota, a slot reserved — without I/O,
+  // as the frontend must. The cache opens each record straight into its
+  // slot where that is host memory nothing else reads. A key that finds no
+  // room is not fetched: the GET misses it.
+  std::vector<PageKey> keys;
+  std::vector<uint8_t*> dst;
+  std::vector<tiers::Reservation> rs;
+  for (size_t i = 0; i < d.keys.size(); ++i) {
+    if (store_->Locate(s.ns, d.keys[i]) >= 0) continue;  // a probe: the GET counts its hits
+    // The parent until the record says (SetParent): the key before it.
+    const PageKey parent = i > 0 ? d.keys[i - 1] : PageKey::Zero();
+    absl::StatusOr<tiers::ReserveResult> r = store_->Reserve(s.ns, d.keys[i], parent, s.page_bytes);
+    if (!r.ok() || r->outcome != tiers::PutOutcome::kReserved) continue;
+    keys.push_back(d.keys[i]);
+    dst.push_back(r->reservation.FetchesInPlace() ? r->reservation.data() : nullptr);
+    rs.push_back(std::move(r->reservation));
+  }
+  if (keys.empty()) return false;
   auto request = std::make_shared<Frames>(std::move(frames));
-  shared_->Fetch(
-      s.tenant->name, missing, s.page_bytes,
-      [store = store_.get(), poster = poster_, ns = s.ns, bytes = s.page_bytes, routing_id,
-       request, keys = missing](std::vector<tiers::FetchedPage> pages) {
-        // Each fetched page becomes an ordinary PUT: claimed, charged to the
-        // tenant's quota, committed; a key stored meanwhile is a dedup, and
-        // a page that finds no room is simply not there (the GET misses it).
-        std::vector<tiers::Reservation> rs;
+  shared_->FetchInto(
+      s.tenant->name, keys, s.page_bytes, std::move(dst),
+      [poster = poster_, routing_id, request, keys,
+       rs = std::make_shared<std::vector<tiers::Reservation>>(std::move(rs))](
+          std::vector<tiers::FetchedPage> pages) {
+        std::vector<tiers::Reservation> filled;
         std::vector<PageKey> stored;
         for (size_t i = 0; i < pages.size(); ++i) {
-          if (!pages[i].status.ok()) continue;
-          absl::StatusOr<tiers::ReserveResult> r =
-              store->Reserve(ns, keys[i], pages[i].parent, bytes);
-          if (!r.ok() || r->outcome != tiers::PutOutcome::kReserved) continue;
-          if (r->reservation.FillFetched(pages[i].bytes.get()).ok()) {
-            rs.push_back(std::move(r->reservation));
-            stored.push_back(keys[i]);
-          }
+          tiers::Reservation& r = (*rs)[i];
+          if (!pages[i].status.ok()) continue;  // released below: a miss
+          r.SetParent(pages[i].parent);
+          const absl::Status st = pages[i].bytes != nullptr ? r.FillFetched(pages[i].bytes.get())
+                                                            : r.MarkFetched();
+          if (!st.ok()) continue;
+          filled.push_back(std::move(r));
+          stored.push_back(keys[i]);
         }
-        if (!rs.empty()) tiers::Reservation::CommitAll(rs);
+        rs->clear();  // the pages that did not come: their slots and claims go
+        if (!filled.empty()) tiers::Reservation::CommitAll(filled);
         Frames out;
         out.emplace_back(routing_id.data(), routing_id.size());
         out.emplace_back(kRedispatchMarker.data(), kRedispatchMarker.size());

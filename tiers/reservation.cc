@@ -336,6 +336,21 @@ absl::Status Reservation::MarkFilled() {
   return absl::OkStatus();
 }
 
+bool Reservation::FetchesInPlace() const {
+  if (mgr_ == nullptr) return false;
+  Tier& tier = *mgr_->impl_->tiers[tier_index_]->tier;
+  return !tier.persistent() && !has_backup_ && tier.Address(slot_) != nullptr;
+}
+
+absl::Status Reservation::MarkFetched() {
+  if (!FetchesInPlace())
+    return absl::FailedPreconditionError(
+        "MarkFetched: this page needs its bytes on the host (a checksum or a durable copy); "
+        "use FillFetched");
+  filled_ = true;
+  return absl::OkStatus();
+}
+
 Tier* Reservation::DurableTier(Slot* slot) const {
   const auto& tiers = mgr_->impl_->tiers;
   if (tiers[tier_index_]->tier->persistent()) {

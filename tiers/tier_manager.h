@@ -176,6 +176,17 @@ class Reservation {
   absl::Status Fill(const void* src);
   // Fill for a page fetched from the shared cache: never published back.
   absl::Status FillFetched(const void* src);
+  // For a page the shared cache opened straight into data(): marks it
+  // filled (never published back). FailedPrecondition where the page needs
+  // its bytes on the host for a checksum (NVMe, a write-through copy): use
+  // FillFetched then.
+  absl::Status MarkFetched();
+  // Whether MarkFetched may be used: data() is writable host memory and
+  // nothing else needs the bytes.
+  bool FetchesInPlace() const;
+  // The parent the page's fetched record names (authenticated with it),
+  // replacing the one given to Reserve. Before the commit only.
+  void SetParent(const PageKey& parent) { parent_ = parent; }
   // Publishes the page (CommitAll of one). True when stored.
   bool Commit();
   // Commits every valid reservation of `rs` with one sync and one index

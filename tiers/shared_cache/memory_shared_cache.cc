@@ -60,8 +60,8 @@ void MemorySharedCache::Contains(absl::string_view ns, std::vector<PageKey> keys
   std::move(done)(std::move(present));
 }
 
-void MemorySharedCache::Fetch(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
-                              FetchDone done) {
+void MemorySharedCache::FetchInto(absl::string_view ns, std::vector<PageKey> keys,
+                                  uint64_t page_bytes, std::vector<uint8_t*> dst, FetchDone done) {
   std::vector<FetchedPage> pages(keys.size());
   {
     absl::MutexLock lock(&mu_);
@@ -85,8 +85,12 @@ void MemorySharedCache::Fetch(absl::string_view ns, std::vector<PageKey> keys, u
         continue;
       }
       p.parent = r.parent;
-      p.bytes.reset(new uint8_t[page_bytes]);
-      std::memcpy(p.bytes.get(), r.bytes.data(), page_bytes);
+      uint8_t* to = i < dst.size() ? dst[i] : nullptr;
+      if (to == nullptr) {
+        p.bytes.reset(new uint8_t[page_bytes]);
+        to = p.bytes.get();
+      }
+      std::memcpy(to, r.bytes.data(), page_bytes);
       lru_.splice(lru_.begin(), lru_, r.lru);  // a read refreshes it, as a Redis GET does
       ++counters_.fetch_hits;
       counters_.fetched_bytes += page_bytes;

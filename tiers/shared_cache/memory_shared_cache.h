@@ -43,8 +43,8 @@ class MemorySharedCache final : public SharedCache {
   // NotFound for an absent key (and for every key after Stop()); DataLoss
   // for a record whose size is not `page_bytes` (counted in oversized when
   // larger, malformed when smaller).
-  void Fetch(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
-             FetchDone done) override ABSL_LOCKS_EXCLUDED(mu_);
+  void FetchInto(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
+                 std::vector<uint8_t*> dst, FetchDone done) override ABSL_LOCKS_EXCLUDED(mu_);
   // Always OK with the records deleted; Unavailable after Stop().
   void Forget(absl::string_view ns, std::vector<PageKey> keys, ForgetDone done) override
       ABSL_LOCKS_EXCLUDED(mu_);

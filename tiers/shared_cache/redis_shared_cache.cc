@@ -51,8 +51,8 @@ class RedisSharedCache final : public SharedCache {
   bool Publish(absl::string_view ns, const PageKey& key, const PageKey& parent, const void* bytes,
                uint64_t n) override;
   void Contains(absl::string_view ns, std::vector<PageKey> keys, ContainsDone done) override;
-  void Fetch(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
-             FetchDone done) override;
+  void FetchInto(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
+                 std::vector<uint8_t*> dst, FetchDone done) override;
   void Forget(absl::string_view ns, std::vector<PageKey> keys, ForgetDone done) override;
   void Drain() override;
   void Stop() override;
@@ -76,6 +76,7 @@ class RedisSharedCache final : public SharedCache {
   struct FetchJob {
     std::string ns;
     std::vector<PageKey> keys;
+    std::vector<uint8_t*> dst;  // empty, or one per key (null: allocate)
     uint64_t page_bytes = 0;
     FetchDone done;
     uint64_t bytes = 0;
@@ -361,8 +362,8 @@ void RedisSharedCache::RunForget(ClusterLink& link, std::vector<MetaJob*>& jobs)
   }
 }
 
-void RedisSharedCache::Fetch(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
-                             FetchDone done) {
+void RedisSharedCache::FetchInto(absl::string_view ns, std::vector<PageKey> keys,
+                                 uint64_t page_bytes, std::vector<uint8_t*> dst, FetchDone done) {
   fetch_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
   const Tenant t = TenantOf(ns);
   if (t.keys == nullptr || keys.empty() || page_bytes == 0 || page_bytes > config_.max_page_bytes ||
@@ -377,6 +378,7 @@ void RedisSharedCache::Fetch(absl::string_view ns, std::vector<PageKey> keys, ui
   job.page_bytes = page_bytes;
   job.bytes = page_bytes * keys.size();
   job.keys = std::move(keys);
+  job.dst = std::move(dst);
   job.done = std::move(done);
   fetches_->Push(std::move(job));  // unbounded: the callers' requests bound it
 }
@@ -441,11 +443,15 @@ void RedisSharedCache::RunFetch(size_t worker, std::vector<FetchJob>& batch) {
                      page.status = absl::NotFoundError("shared cache: no such record");
                      return;
                    }
-                   page.bytes.reset(new uint8_t[job.page_bytes]);
+                   uint8_t* to = k < job.dst.size() ? job.dst[k] : nullptr;
+                   if (to == nullptr) {
+                     page.bytes.reset(new uint8_t[job.page_bytes]);
+                     to = page.bytes.get();
+                   }
                    OpenFailure failure = OpenFailure::kNone;
-                   absl::StatusOr<OpenedRecord> opened =
-                       Open(*TenantOf(job.ns).keys, **value, job.ns, job.keys[k], job.page_bytes,
-                            page.bytes.get(), &failure);
+                   absl::StatusOr<OpenedRecord> opened = Open(*TenantOf(job.ns).keys, **value,
+                                                              job.ns, job.keys[k], job.page_bytes,
+                                                              to, &failure);
                    if (!opened.ok()) {
                      CountOpenFailure(failure);
                      page.bytes.reset();

@@ -73,10 +73,18 @@ class SharedCache {
   // Fetches and opens the records of `keys` of `ns`, each expected to hold
   // exactly `page_bytes` page bytes (anything larger is refused before it
   // is read into memory). `done(pages)` runs once, on one of the cache's
-  // threads, with pages.size() == keys.size().
+  // threads, with pages.size() == keys.size(). Page i's bytes go to dst[i]
+  // (room for page_bytes, valid until `done`; its contents are unspecified
+  // unless page i is OK), or, where dst is empty or dst[i] null, into
+  // FetchedPage::bytes. Opening straight into where a page goes (a store
+  // slot) saves a copy and the first touch of fresh memory.
   using FetchDone = absl::AnyInvocable<void(std::vector<FetchedPage> pages) &&>;
-  virtual void Fetch(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
-                     FetchDone done) = 0;
+  virtual void FetchInto(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
+                         std::vector<uint8_t*> dst, FetchDone done) = 0;
+  void Fetch(absl::string_view ns, std::vector<PageKey> keys, uint64_t page_bytes,
+             FetchDone done) {
+    FetchInto(ns, std::move(keys), page_bytes, {}, std::move(done));
+  }
 
   // Deletes the records of `keys` of `ns` cluster-wide. `done(status,
   // forgotten)` runs once, on one of the cache's threads, after every

@@ -159,7 +159,7 @@ absl::Status RawCluster::GetInto(const std::vector<std::string>& keys, size_t ba
   for (size_t b = 0; b < keys.size(); b += batch) {
     const size_t e = std::min(keys.size(), b + batch);
     RETURN_IF_ERROR(Round("GET", keys, b, e, [&](size_t i, const redisReply& r) {
-      if (r.type != REDIS_REPLY_STRING || r.len != skip + bytes)
+      if (r.type != REDIS_REPLY_STRING || r.len != skip + bytes + kDocumentedTagBytes)
         return absl::NotFoundError(absl::StrCat("raw GET of ", keys[i], " missed"));
       std::memcpy(dst[i], r.str + skip, bytes);
       return absl::OkStatus();

@@ -29,6 +29,7 @@ std::string DocumentedRecordKey(absl::string_view ns, const PageKey& key);
 // The sealed record's header before the (encrypted) page bytes: 52 bytes
 // (docs/OPERATIONS.md, "Record format"); a 16-byte tag follows them.
 inline uint64_t DocumentedHeaderBytes(absl::string_view) { return 52; }
+inline constexpr uint64_t kDocumentedTagBytes = 16;
 // Redis Cluster's hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
 uint16_t ClusterSlot(absl::string_view key);
 
