@@ -46,7 +46,9 @@ absl::Status RedisClusterConfig::Validate() const {
 RedisCluster::RedisCluster(const RedisClusterConfig& config)
     : config_(config),
       connect_options_{config.connect_timeout, config.command_timeout, config.user,
-                       config.password} {}
+                       config.password},
+      health_(config.shared_health != nullptr ? config.shared_health
+                                              : std::make_shared<NodeHealthTable>()) {}
 
 absl::StatusOr<std::unique_ptr<RedisCluster>> RedisCluster::Create(
     const RedisClusterConfig& config) {
@@ -206,8 +208,8 @@ std::vector<std::string> RedisCluster::DownNodes() const {
   const absl::Time now = absl::Now();
   std::vector<std::string> out;
   {
-    absl::MutexLock lock(&health_mu_);
-    for (const auto& [node, health] : health_) {
+    absl::MutexLock lock(&health_->mu);
+    for (const auto& [node, health] : health_->nodes) {
       if (health.down_until > now) out.push_back(node);
     }
   }
@@ -215,37 +217,40 @@ std::vector<std::string> RedisCluster::DownNodes() const {
   return out;
 }
 
-std::optional<RedisCluster::NodeHealth> RedisCluster::DownState(absl::string_view node,
-                                                                absl::Time now) const {
-  absl::MutexLock lock(&health_mu_);
-  auto it = health_.find(node);
-  if (it == health_.end() || it->second.down_until <= now) return std::nullopt;
+std::optional<NodeHealth> RedisCluster::DownState(absl::string_view node, absl::Time now) const {
+  absl::MutexLock lock(&health_->mu);
+  auto it = health_->nodes.find(node);
+  if (it == health_->nodes.end() || it->second.down_until <= now) return std::nullopt;
   return it->second;
 }
 
 bool RedisCluster::AnyDown(absl::Time now) const {
-  absl::MutexLock lock(&health_mu_);
-  for (const auto& entry : health_) {
+  absl::MutexLock lock(&health_->mu);
+  for (const auto& entry : health_->nodes) {
     if (entry.second.down_until > now) return true;
   }
   return false;
 }
 
 void RedisCluster::MarkDown(absl::string_view node, const absl::Status& why) {
-  absl::MutexLock lock(&health_mu_);
-  NodeHealth& health = health_[node];
+  absl::MutexLock lock(&health_->mu);
+  NodeHealth& health = health_->nodes[node];
+  const absl::Time now = absl::Now();
+  // Another client of the table marked it down just now (their batches ran
+  // together): one failure, not two.
+  if (health.down_until > now) return;
   // An entry still here means no reply since the last failure: consecutive.
   health.backoff = health.backoff == absl::ZeroDuration()
                        ? config_.node_min_backoff
                        : std::min(2 * health.backoff, config_.node_max_backoff);
-  health.down_until = absl::Now() + health.backoff;
+  health.down_until = now + health.backoff;
   health.last_error = std::string(why.message());
   node_down_events_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void RedisCluster::MarkUp(absl::string_view node) {
-  absl::MutexLock lock(&health_mu_);
-  if (!health_.empty()) health_.erase(node);
+  absl::MutexLock lock(&health_->mu);
+  if (!health_->nodes.empty()) health_->nodes.erase(node);
 }
 
 absl::StatusOr<Connection*> RedisCluster::ConnectionTo(const std::string& endpoint) {

@@ -27,6 +27,23 @@
 
 namespace kvtier::tiers::remote {
 
+// A node that failed and has not answered since.
+struct NodeHealth {
+  absl::Time down_until;
+  absl::Duration backoff;  // the last one applied
+  std::string last_error;
+};
+
+// Which nodes are down, shared by the clients of one user (a shared cache's
+// link has one client per thread): a node one of them found hung is skipped
+// by all of them for its backoff, so each does not pay its own timeout. Its
+// lock is a leaf: taken inside a client's, never the other way round.
+struct NodeHealthTable {
+  absl::Mutex mu;
+  // Failed nodes until they answer again (a few entries at most).
+  absl::flat_hash_map<std::string, NodeHealth> nodes ABSL_GUARDED_BY(mu);
+};
+
 struct RedisClusterConfig {
   // Nodes to ask for the slot map at start and when every known node fails:
   // "host:port" or "[ipv6]:port". Any node of the cluster will do.
@@ -47,6 +64,8 @@ struct RedisClusterConfig {
   // waiting for the probe.
   absl::Duration node_min_backoff = absl::Milliseconds(200);
   absl::Duration node_max_backoff = absl::Seconds(5);
+  // Shared with other clients of the same cluster; null: this client's own.
+  std::shared_ptr<NodeHealthTable> shared_health;
   int max_redirects = 5;  // MOVED/ASK hops per key before giving up
   std::string user;       // ACL user (per-tenant users); empty: "default"
   std::string password;   // empty: no AUTH
@@ -138,7 +157,7 @@ class RedisCluster {
   RedisClusterStats stats() const;
   // The nodes ("host:port") down now: their keys fail at once until their
   // backoff passes. Sorted. Thread-safe, and never waits for a batch.
-  std::vector<std::string> DownNodes() const ABSL_LOCKS_EXCLUDED(health_mu_);
+  std::vector<std::string> DownNodes() const;
 
  private:
   // One key's command; argv[1] is the key, which picks the slot.
@@ -155,13 +174,6 @@ class RedisCluster {
   };
   using ReplyFn = absl::FunctionRef<void(size_t, absl::StatusOr<const redisReply*>)>;
   struct Round;  // one round's bookkeeping (cluster_batch.cc)
-  // A node that failed and has not answered since.
-  struct NodeHealth {
-    absl::Time down_until;
-    absl::Duration backoff;  // the last one applied
-    std::string last_error;
-  };
-
   explicit RedisCluster(const RedisClusterConfig& config);
 
   // Runs `cmds`, calling `on_reply` exactly once per command, with its final
@@ -193,14 +205,13 @@ class RedisCluster {
   // never waits for a batch; taken inside mu_, never the other way round.
   //
   // `node`'s state when it is down at `now`; nullopt when it may be tried.
-  std::optional<NodeHealth> DownState(absl::string_view node, absl::Time now) const
-      ABSL_LOCKS_EXCLUDED(health_mu_);
-  bool AnyDown(absl::Time now) const ABSL_LOCKS_EXCLUDED(health_mu_);
+  std::optional<NodeHealth> DownState(absl::string_view node, absl::Time now) const;
+  bool AnyDown(absl::Time now) const;
   // After an I/O error: down for the next backoff (doubled if it had failed
   // before without answering since).
-  void MarkDown(absl::string_view node, const absl::Status& why) ABSL_LOCKS_EXCLUDED(health_mu_);
+  void MarkDown(absl::string_view node, const absl::Status& why);
   // After a reply: healthy, backoff reset.
-  void MarkUp(absl::string_view node) ABSL_LOCKS_EXCLUDED(health_mu_);
+  void MarkUp(absl::string_view node);
 
   absl::StatusOr<Connection*> ConnectionTo(const std::string& endpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -221,9 +232,8 @@ class RedisCluster {
   std::vector<std::unique_ptr<Connection>> parked_ ABSL_GUARDED_BY(mu_);
   absl::Time last_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();  // last attempt
 
-  mutable absl::Mutex health_mu_ ABSL_ACQUIRED_AFTER(mu_);
-  // Failed nodes until they answer again (a few entries at most).
-  absl::flat_hash_map<std::string, NodeHealth> health_ ABSL_GUARDED_BY(health_mu_);
+  // The config's shared table, or this client's own.
+  const std::shared_ptr<NodeHealthTable> health_;
 
   std::atomic<uint64_t> requests_{0}, pipelines_{0}, moved_{0}, ask_{0}, refreshes_{0},
       refresh_failures_{0}, connects_{0}, errors_{0}, node_down_events_{0}, fast_failed_{0},

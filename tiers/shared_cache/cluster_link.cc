@@ -5,9 +5,19 @@
 #include <utility>
 
 namespace kvtier::tiers::shared_cache {
+namespace {
+
+// Every client of a link (one per thread) sees the same node health: a node
+// one thread found hung is skipped by the others for its backoff too.
+LinkConfig WithSharedHealth(LinkConfig c) {
+  c.cluster.shared_health = std::make_shared<remote::NodeHealthTable>();
+  return c;
+}
+
+}  // namespace
 
 ClusterLink::ClusterLink(const LinkConfig& config, size_t channels)
-    : config_(config),
+    : config_(WithSharedHealth(config)),
       clients_(channels),
       creating_(new bool[channels]()),
       backoff_(config.min_backoff) {}
