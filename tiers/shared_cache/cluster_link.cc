@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "spdlog/spdlog.h"
+
 namespace kvtier::tiers::shared_cache {
 namespace {
 
@@ -45,6 +47,13 @@ RedisCluster* ClusterLink::Acquire(size_t channel) {
   mu_.Lock();
   creating_[r] = false;
   if (!made.ok()) {
+    // Once per outage, naming the user: a refused tenant user (wrong
+    // password, missing ACL) is as visible as a cluster that is gone.
+    if (!down_)
+      spdlog::warn("shared cache: cannot use the cluster as Redis user '{}': {}; its pages are "
+                   "misses, retrying with backoff",
+                   config_.cluster.user.empty() ? "default" : config_.cluster.user,
+                   made.status().ToString());
     MarkDownLocked();
     return nullptr;
   }
@@ -54,6 +63,13 @@ RedisCluster* ClusterLink::Acquire(size_t channel) {
 
 void ClusterLink::Report(bool reachable) {
   absl::MutexLock lock(&mu_);
+  if (reachable && down_)
+    spdlog::info("shared cache: the cluster answers again (Redis user '{}')",
+                 config_.cluster.user.empty() ? "default" : config_.cluster.user);
+  if (!reachable && !down_)
+    spdlog::warn("shared cache: no node of the cluster answered (Redis user '{}'); its pages are "
+                 "misses, retrying with backoff",
+                 config_.cluster.user.empty() ? "default" : config_.cluster.user);
   if (reachable) {
     down_ = false;
     down_flag_.store(false, std::memory_order_relaxed);
