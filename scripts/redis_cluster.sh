@@ -118,18 +118,33 @@ cmd_start() {
   # A start that fails half-way stops what it started.
   STARTING="$dir"
   trap '[ -z "${STARTING:-}" ] || cmd_stop "$STARTING" >/dev/null 2>&1 || true' EXIT
-  read -r -a ports <<<"$(free_ports $((2 * NODES)))"
-  for i in $(seq 0 $((NODES - 1))); do
-    port=${ports[$i]}; bus=${ports[$((i + NODES))]}
-    d="$dir/node-$port"; mkdir -p "$d"; echo "$port" >"$d/port"
-    write_conf "$d" "$port" "$bus"
-    "$SERVER" "$d/redis.conf" || die "redis-server failed on port $port (see $d/redis.log)"
-    seeds+=("127.0.0.1:$port")
+  # A port found free may be taken by another process before its node binds
+  # it (tests start clusters in parallel): then all nodes start again on
+  # fresh ports, up to 3 times.
+  local attempt why=""
+  for attempt in 1 2 3; do
+    why=""
+    seeds=()
+    read -r -a ports <<<"$(free_ports $((2 * NODES)))"
+    for i in $(seq 0 $((NODES - 1))); do
+      port=${ports[$i]}; bus=${ports[$((i + NODES))]}
+      d="$dir/node-$port"; mkdir -p "$d"; echo "$port" >"$d/port"
+      write_conf "$d" "$port" "$bus"
+      if ! "$SERVER" "$d/redis.conf"; then why="redis-server failed on port $port"; break; fi
+      seeds+=("127.0.0.1:$port")
+    done
+    if [ -z "$why" ]; then
+      for d in $(node_dirs "$dir"); do
+        port=$(cat "$d/port")
+        wait_ping "$port" || { why="node on port $port does not answer"; break; }
+      done
+    fi
+    [ -z "$why" ] && break
+    echo "redis_cluster.sh: attempt $attempt: $why: $(tail -n 3 "$d/redis.log" 2>/dev/null | tr '\n' ' ')" >&2
+    cmd_stop "$dir" >/dev/null 2>&1 || true
+    rm -rf "$dir"/node-*
   done
-  for d in $(node_dirs "$dir"); do
-    port=$(cat "$d/port")
-    wait_ping "$port" || die "node on port $port does not answer (see $d/redis.log)"
-  done
+  [ -z "$why" ] || die "$why after 3 attempts (see the lines above)"
   "$CLI" --cluster create "${seeds[@]}" --cluster-replicas 1 --cluster-yes \
     >"$dir/create.log" 2>&1 ||
     die "redis-cli --cluster create failed (see $dir/create.log)"
