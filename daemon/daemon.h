@@ -222,7 +222,7 @@ class Daemon {
   // Its keys that came from the shared cache: the reply says "remote" for
   // them, where the bytes came from (frontend thread only).
   absl::flat_hash_set<PageKey> fetched_keys_;
-  void MarkFetched(absl::Span<const PageKey> keys, std::string& tiers) const;
+  void ReportFetchedAsRemote(absl::Span<const PageKey> keys, std::string& tiers) const;
   struct PendingRequest {
     int type = 0;
     int64_t start_ns = 0;

@@ -208,6 +208,7 @@ absl::StatusOr<Daemon::LookupPlan> Daemon::PlanLookup(const Session& s, const De
 
 Daemon::Reply Daemon::BuildLookupReply(const LookupPlan& plan) {
   Reply reply;
+  reply.response = OkResponse(plan.request_id);
   auto* lr = reply.response.mutable_lookup();
   std::string* tiers = lr->mutable_tiers();
   uint64_t hits = 0, prefetching = 0, leased = 0;
@@ -225,9 +226,6 @@ Daemon::Reply Daemon::BuildLookupReply(const LookupPlan& plan) {
   lr->set_hits(static_cast<uint32_t>(hits));
   lr->set_prefetching(static_cast<uint32_t>(prefetching));
   lr->set_leased(static_cast<uint32_t>(leased));
-  reply.response.set_version(kProtocolVersion);
-  reply.response.set_request_id(plan.request_id);
-  reply.response.set_code(wire::OK);
   return reply;
 }
 
@@ -298,7 +296,7 @@ absl::Status Daemon::SubmitGetInline(Session& s, const DecodedRequest& d,
     in_ram = in_ram && job->src[i] != nullptr;
     job->pins[i] = *std::move(pin);
   }
-  MarkFetched(d.keys, job->tiers);
+  ReportFetchedAsRemote(d.keys, job->tiers);
   // Before any promotion: a lease's pin would make the page look busy.
   if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys);
   if (in_ram) {

@@ -275,7 +275,7 @@ void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
     job->tiers[i] = static_cast<char>(pin->tier());
     job->pins[i] = *std::move(pin);
   }
-  MarkFetched(job->keys, job->tiers);
+  ReportFetchedAsRemote(job->keys, job->tiers);
   // The pages reported missing now come up for a retry.
   if (!below.empty())
     prefetcher_->Schedule(job->ns, below, prefetch::Hint{});

@@ -235,6 +235,13 @@ absl::string_view RequestName(const wire::Request& request) {
   return "UNKNOWN";
 }
 
+wire::Response OkResponse(uint64_t request_id) {
+  wire::Response r;
+  r.set_version(kProtocolVersion);
+  r.set_request_id(request_id);
+  return r;
+}
+
 wire::Response ErrorResponse(uint64_t request_id, const absl::Status& status) {
   wire::Response r;
   r.set_version(kProtocolVersion);

@@ -51,5 +51,7 @@ std::string PrintableText(absl::string_view text);
 
 // An error Response with the code and message of `status` (PrintableText).
 wire::Response ErrorResponse(uint64_t request_id, const absl::Status& status);
+// A success reply's header for `request_id` (version set, code OK).
+wire::Response OkResponse(uint64_t request_id);
 
 }  // namespace kvtier::daemon

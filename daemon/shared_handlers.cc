@@ -64,11 +64,9 @@ absl::Status Daemon::SubmitDelete(Session& s, const DecodedRequest& d,
   const uint64_t request_id = d.request.request_id();
   auto reply_with = [request_id](uint32_t deleted, uint32_t forgotten) {
     Reply reply;
+    reply.response = OkResponse(request_id);
     reply.response.mutable_delete_()->set_deleted(deleted);
     reply.response.mutable_delete_()->set_forgotten(forgotten);
-    reply.response.set_version(kProtocolVersion);
-    reply.response.set_request_id(request_id);
-    reply.response.set_code(wire::OK);
     return reply;
   };
   if (shared_ == nullptr || poster_ == nullptr) {
@@ -147,7 +145,7 @@ bool Daemon::StartSharedFetch(Session& s, const DecodedRequest& d, const std::st
   return true;
 }
 
-void Daemon::MarkFetched(absl::Span<const PageKey> keys, std::string& tiers) const {
+void Daemon::ReportFetchedAsRemote(absl::Span<const PageKey> keys, std::string& tiers) const {
   if (fetched_keys_.empty()) return;
   for (size_t i = 0; i < keys.size() && i < tiers.size(); ++i)
     if (tiers[i] != 0 && fetched_keys_.contains(keys[i]))

@@ -23,13 +23,6 @@ absl::Status CheckOffsets(absl::string_view op, const ClientBuffer& buffer,
   return absl::OkStatus();
 }
 
-wire::Response OkResponse(uint64_t request_id) {
-  wire::Response r;
-  r.set_version(kProtocolVersion);
-  r.set_request_id(request_id);
-  return r;
-}
-
 }  // namespace
 
 absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::string& routing_id) {
@@ -42,7 +35,7 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   std::shared_ptr<GetTransfer> t =
       data_->PlanGet(s.ns, d.keys, s.page_bytes, std::move(buffer),
                      std::vector<uint64_t>(g.offsets().begin(), g.offsets().end()));
-  MarkFetched(d.keys, t->tiers);
+  ReportFetchedAsRemote(d.keys, t->tiers);
   const DataPath* data = data_.get();
   std::vector<CopyEngine::Part> parts;
   for (auto [b, e] : SplitRanges(d.keys.size(), s.page_bytes, engine_->threads()))

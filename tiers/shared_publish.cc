@@ -4,9 +4,6 @@
 // the evictor and operator actions (EvictMode::kMayWrite) publish: reading
 // the page back from NVMe is disk I/O, and never on the request path.
 // Write-through publishing (shared_write_through) is Reservation::Fill's.
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 #include <memory>
 
 #include "tiers/tier_manager_impl.h"
@@ -28,10 +25,12 @@ void TierManager::Impl::PublishLeaving(PageEntry* e, size_t t) {
   const uint64_t bytes = e->slot.bytes;
   const uint8_t* page = tier.Address(e->slot);
   std::unique_ptr<uint8_t[]> copy;
-  if (page == nullptr) {  // NVMe: read it back, and check it like any read
+  if (page == nullptr) {  // NVMe: read it back, checked like any read (a
+                          // corrupt page is counted and dropped, not shared)
     copy.reset(new uint8_t[bytes]);
-    if (!tier.Read(e->slot, 0, copy.get(), bytes).ok()) return;
-    if (tier.persistent() && XXH3_64bits(copy.get(), bytes) != e->checksum) return;
+    if (!KnownCorrupt(e).ok() || !tier.Read(e->slot, 0, copy.get(), bytes).ok() ||
+        !VerifyRead(e, t, copy.get()).ok())
+      return;
     page = copy.get();
   }
   shared->Publish(state->name, e->key, e->parent, page, bytes);

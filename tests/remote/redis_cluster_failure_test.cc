@@ -111,6 +111,20 @@ class RedisClusterFailureTest : public ::testing::Test {
     return false;
   }
 
+  // Writes a new value to every key and reads each back.
+  void ExpectWritableAndReadable() {
+    std::vector<std::string> values;
+    for (const std::string& k : keys_) values.push_back("after-" + k);
+    std::vector<KeyValue> kvs;
+    for (size_t i = 0; i < keys_.size(); ++i) kvs.push_back({keys_[i], values[i]});
+    for (const absl::Status& s : client_->MultiSet(kvs)) EXPECT_TRUE(s.ok()) << s;
+    auto got = client_->MultiGet(keys_);
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      ASSERT_TRUE(got[i].ok() && got[i]->has_value()) << keys_[i] << " " << got[i].status();
+      EXPECT_EQ(**got[i], values[i]);
+    }
+  }
+
   static constexpr absl::Duration kCommandTimeout = absl::Milliseconds(300);
 
   std::unique_ptr<LoopbackCluster> cluster_;
@@ -141,13 +155,7 @@ TEST_F(RedisClusterFailureTest, KilledMasterFailsOverAndRoutingRecovers) {
   EXPECT_TRUE(GetAllOk(off, &unavailable));  // the other masters' keys: served
   EXPECT_TRUE(RecoversWithin(on, absl::Seconds(20), &unavailable)) << "no failover";
   EXPECT_NE(*client_->slot_map().MasterOf(KeySlot(keys_[0])), victim);
-  std::vector<std::string> values;
-  for (const std::string& k : keys_) values.push_back("after-" + k);
-  std::vector<KeyValue> kvs;
-  for (size_t i = 0; i < keys_.size(); ++i) kvs.push_back({keys_[i], values[i]});
-  for (const absl::Status& s : client_->MultiSet(kvs)) EXPECT_TRUE(s.ok()) << s;
-  auto got = client_->MultiGet(keys_);
-  for (size_t i = 0; i < keys_.size(); ++i) EXPECT_EQ(**got[i], "after-" + keys_[i]);
+  ExpectWritableAndReadable();
   EXPECT_GT(client_->stats().refreshes, 1u);
 }
 
@@ -299,16 +307,7 @@ TEST_F(RedisClusterFailureTest, HungMastersSlotsFollowTheFailoverWhileItIsDown) 
   EXPECT_EQ(client_->DownNodes(), std::vector<std::string>{victim});  // still in backoff
   // Every key writable and readable again (replication is asynchronous: the
   // writes of SetUp may not have reached the replica before the hang).
-  std::vector<std::string> values;
-  for (const std::string& k : keys_) values.push_back("after-" + k);
-  std::vector<KeyValue> kvs;
-  for (size_t i = 0; i < keys_.size(); ++i) kvs.push_back({keys_[i], values[i]});
-  for (const absl::Status& s : client_->MultiSet(kvs)) EXPECT_TRUE(s.ok()) << s;
-  auto got = client_->MultiGet(keys_);
-  for (size_t i = 0; i < keys_.size(); ++i) {
-    ASSERT_TRUE(got[i].ok() && got[i]->has_value()) << keys_[i] << " " << got[i].status();
-    EXPECT_EQ(**got[i], values[i]);
-  }
+  ExpectWritableAndReadable();
 }
 
 TEST_F(RedisClusterFailureTest, WholeClusterDownIsUnavailableEverywhere) {
