@@ -7,6 +7,8 @@
 #   c  as b, both on one loopback Redis Cluster (scripts/redis_cluster.sh)
 #   d  as c, with one master killed (kill -9) at FAILOVER_AT of the replay
 #   e  as c, with one master hung (SIGSTOP) for HANG_S (10) seconds there
+#   f  as a, on the same kind of cluster: (c)-(f) is what splitting one
+#      daemon in two costs when both sides have the cluster beside them
 # and prints hit rates, (c)-(a) and (c)-(b) in percentage points, corrupt
 # pages, the shared cache's counters (kvtierctl stats) and, for d, failed
 # requests and the time until the hit rate is back within 2 pp of its value
@@ -165,7 +167,8 @@ for c in $CONFIGS; do
     c) replay c "$(mib 1024)" "$(mib 4096)" 2 remote ;;
     d) replay d "$(mib 1024)" "$(mib 4096)" 2 remote ;;
     e) replay e "$(mib 1024)" "$(mib 4096)" 2 remote ;;
-    *) echo "unknown config '$c' (a b c d e)" >&2; exit 2 ;;
+    f) replay f "$(mib 2048)" "$(mib 8192)" 1 remote ;;
+    *) echo "unknown config '$c' (a b c d e f)" >&2; exit 2 ;;
   esac
 done
 python3 scripts/lib/remote_replay_summary.py "$OUT" "$SERIES_INTERVAL_MS"

@@ -15,7 +15,7 @@ WINDOW = 3
 TOLERANCE = 0.02
 LABELS = {"a": "(a) 1 daemon, 2GiB+8GiB", "b": "(b) 2 daemons, 1GiB+4GiB each",
           "c": "(c) (b) + shared cache", "d": "(d) (c) + master killed",
-          "e": "(e) (c) + master hung 10 s"}
+          "e": "(e) (c) + master hung 10 s", "f": "(f) (a) + the same shared cache"}
 
 
 def load(path):
@@ -74,7 +74,7 @@ def pct(x):
 
 def main():
     out, interval_s = sys.argv[1], int(sys.argv[2]) / 1000.0
-    reports = {k: load(os.path.join(out, f"{k}.json")) for k in "abcde"}
+    reports = {k: load(os.path.join(out, f"{k}.json")) for k in "abcdef"}
     print("\n== summary (hit rate of pages looked up, by the tier LOOKUP reported; remote hit:\n"
           "   share of hits LOOKUP found on the shared cache; remote GET: share of GET bytes the\n"
           "   daemon served from it, lower when LOOKUP lookahead promoted the page first)")
@@ -92,9 +92,13 @@ def main():
     hr = {k: r["hit_rate"]["overall"] for k, r in reports.items() if r is not None}
     if "c" in hr and "a" in hr:
         print(f"(c)-(a) {100 * (hr['c'] - hr['a']):+.2f} pp (target: within 2 pp)")
+    if "c" in hr and "f" in hr:
+        # The like-for-like split: one cache of both capacities against two
+        # halves, the cluster beside both (it adds capacity to each alike).
+        print(f"(c)-(f) {100 * (hr['c'] - hr['f']):+.2f} pp (target: within 2 pp)")
     if "c" in hr and "b" in hr:
         print(f"(c)-(b) {100 * (hr['c'] - hr['b']):+.2f} pp (target: >= +15 pp)")
-    for k in "cde":
+    for k in "cdef":
         r = reports[k]
         if r is None:
             continue
