@@ -103,15 +103,22 @@ struct Client::Impl {
     for (;;) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
-      zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-      if (left.count() > 0 && tick && zmq::poll(&item, 1, std::chrono::milliseconds(0)) == 0) {
+      zmq::pollitem_t items[2] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+                                  {handshake ? handshake->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+      const int n = handshake ? 2 : 1;
+      if (left.count() > 0 && tick && zmq::poll(items, 1, std::chrono::milliseconds(0)) == 0) {
         tick();
         std::this_thread::sleep_for(std::chrono::microseconds(50));
         continue;
       }
-      if (left.count() <= 0 || (!tick && zmq::poll(&item, 1, left) == 0))
+      if (left.count() <= 0 || (!tick && zmq::poll(items, n, left) == 0))
         return absl::UnavailableError(absl::StrCat("no reply from kvtierd at ", endpoint,
                                                    " within ", timeout.count(), " ms"));
+      if (n == 2 && (items[1].revents & ZMQ_POLLIN)) {
+        RETURN_IF_ERROR(HandshakeEvent());
+        continue;
+      }
+      if (!tick && !(items[0].revents & ZMQ_POLLIN)) continue;
       std::vector<zmq::message_t> frames;
       for (;;) {
         zmq::message_t m;
@@ -130,6 +137,32 @@ struct Client::Impl {
       for (size_t i = 1; i < frames.size(); ++i) r.payloads.push_back(std::move(frames[i]));
       return r;
     }
+  }
+
+  // While HELLO waits for its reply: the socket's handshake failures
+  // (zmq_socket_monitor), so a refused tenant or token is an error at once,
+  // not a timeout. Null after HELLO.
+  std::unique_ptr<zmq::socket_t> handshake;
+  absl::Status HandshakeEvent() {
+    zmq::message_t event, address;
+    if (!handshake->recv(event, zmq::recv_flags::dontwait)) return absl::OkStatus();
+    if (event.more()) (void)handshake->recv(address, zmq::recv_flags::dontwait);
+    if (event.size() < 6) return absl::OkStatus();
+    uint16_t id = 0;
+    uint32_t value = 0;
+    std::memcpy(&id, event.data(), 2);
+    std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+      return absl::UnauthenticatedError(absl::StrCat(
+          "kvtierd at ", endpoint, " refused the handshake (status ", value,
+          "): unknown tenant, wrong token, or a CURVE key no tenant has"));
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "handshake with kvtierd at ", endpoint, " failed (ZMTP protocol error 0x",
+          absl::Hex(value), "): the daemon and this client use different security "
+          "mechanisms (the daemon runs CURVE when it has --curve_secret_key_file: set "
+          "curve_server_key), or it is not a kvtierd"));
+    return absl::OkStatus();
   }
 
   // One batched LOOKUP of chains[which[0]], chains[which[1]], ... (all
@@ -189,6 +222,39 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   impl->endpoint = options.endpoint.empty() ? DefaultEndpoint() : options.endpoint;
   impl->timeout = options.timeout;
   impl->socket.set(zmq::sockopt::linger, 0);
+  // The daemon authenticates the connection in the ZeroMQ handshake
+  // (docs/PROTOCOL.md, "Connecting"): CURVE when the daemon has a key, else
+  // PLAIN with the tenant and its token.
+  if (!options.curve_server_key.empty()) {
+    if (options.curve_public_key.empty() || options.curve_secret_key.empty())
+      return absl::InvalidArgumentError(
+          "curve_server_key needs curve_public_key and curve_secret_key (the tenant's pair)");
+    try {
+      impl->socket.set(zmq::sockopt::curve_serverkey, options.curve_server_key);
+      impl->socket.set(zmq::sockopt::curve_publickey, options.curve_public_key);
+      impl->socket.set(zmq::sockopt::curve_secretkey, options.curve_secret_key);
+    } catch (const zmq::error_t& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CURVE keys must be Z85 (40 characters): ", e.what()));
+    }
+  } else {
+    if (options.tenant.empty() || options.tenant.size() > 255 || options.token.size() > 255)
+      return absl::InvalidArgumentError("tenant must be 1 to 255 bytes, token at most 255");
+    impl->socket.set(zmq::sockopt::plain_username, options.tenant);
+    // PLAIN cannot carry an empty password; the built-in tenant "default"
+    // (no tenants file) has no token and accepts any.
+    impl->socket.set(zmq::sockopt::plain_password,
+                     options.token.empty() ? std::string("-") : options.token);
+  }
+  static std::atomic<uint64_t> monitors{0};
+  const std::string monitor_ep = absl::StrCat("inproc://kvtier-client-handshake-", monitors++);
+  if (zmq_socket_monitor(impl->socket.handle(), monitor_ep.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) ==
+      0) {
+    impl->handshake = std::make_unique<zmq::socket_t>(impl->ctx, zmq::socket_type::pair);
+    impl->handshake->set(zmq::sockopt::linger, 0);
+    impl->handshake->connect(monitor_ep);
+  }
   try {
     impl->socket.connect(impl->endpoint);
   } catch (const zmq::error_t& e) {
@@ -197,10 +263,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   wire::Request req;
   auto* hello = req.mutable_hello();
   hello->set_tenant(options.tenant);
-  hello->set_token(options.token);
   hello->set_client_name(options.client_name);
   if (options.layout) *hello->mutable_layout() = ToWire(*options.layout);
-  ASSIGN_OR_RETURN(auto r, impl->Call(req));
+  absl::StatusOr<Impl::Result> hello_reply = impl->Call(req);
+  if (impl->handshake) {
+    zmq_socket_monitor(impl->socket.handle(), nullptr, 0);
+    impl->handshake.reset();
+  }
+  ASSIGN_OR_RETURN(auto r, std::move(hello_reply));
   std::unique_ptr<Client> c(new Client(std::move(impl)));
   c->impl_->session_id = r.response.hello().session_id();
   c->namespace_ = r.response.hello().namespace_();

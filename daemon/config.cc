@@ -28,6 +28,11 @@ absl::Status DaemonConfig::Validate() const {
   if (max_sessions_per_tenant < 1 || max_sessions_per_connection < 1)
     return absl::InvalidArgumentError(
         "--max_sessions_per_tenant and --max_sessions_per_connection must be >= 1");
+  if (handshake_timeout < absl::Milliseconds(100) || handshake_timeout > absl::Minutes(5))
+    return absl::InvalidArgumentError("--handshake_timeout_ms must be in [100, 300000]");
+  if (max_unauthenticated_per_peer < 1 || max_unauthenticated < max_unauthenticated_per_peer)
+    return absl::InvalidArgumentError(
+        "need 1 <= --max_unauthenticated_per_peer <= --max_unauthenticated");
   if (max_registered_bytes_per_tenant == 0)
     return absl::InvalidArgumentError("--max_registered_bytes_per_tenant must be > 0");
   if (metrics_port < -1 || metrics_port > 65535)

@@ -49,6 +49,15 @@ struct DaemonConfig {
   // per-tenant ones), so no tenant can take what the others need.
   int max_sessions_per_tenant = 64;
   int max_sessions_per_connection = 16;
+  // The handshake (connection_guard.h): a connection that has not
+  // authenticated within handshake_timeout is dropped; at most this many
+  // unauthenticated connections per peer uid (tcp: address) and in all.
+  absl::Duration handshake_timeout = absl::Seconds(5);
+  int max_unauthenticated_per_peer = 4;
+  int max_unauthenticated = 64;
+  // CURVE instead of PLAIN: the daemon's secret key (Z85, 40 characters, a
+  // file of mode 0600); tenants then authenticate by curve_public_key.
+  std::string curve_secret_key_file;
   uint64_t max_registered_bytes_per_tenant = 64ull << 30;
   int max_buffers_per_session = 64;
   // Registered buffers are mapped in off the frontend after REGISTER.

@@ -74,6 +74,7 @@ Daemon::~Daemon() {
   StopSharedCache();  // its callbacks use store_ and the completion socket
   if (engine_) engine_->Shutdown();
   completions_.reset();
+  guard_.reset();
   router_.reset();
   // Zero-copy replies still queued in ZeroMQ hold page pins; closing the
   // context releases them before the store they point into goes away.
@@ -152,6 +153,33 @@ absl::Status Daemon::Init() {
   return absl::OkStatus();
 }
 
+// Every connection authenticates in the ZeroMQ handshake before it can send
+// a message (connection_guard.h): PLAIN (tenant and token), or CURVE when
+// the operator gave the daemon a key. Set before bind: libzmq copies a
+// socket's options into each connection as it is accepted.
+absl::Status Daemon::SecureRouter() {
+  ConnectionGuardConfig guard;
+  guard.max_unauthenticated_per_peer = config_.max_unauthenticated_per_peer;
+  guard.max_unauthenticated = config_.max_unauthenticated;
+  if (!config_.curve_secret_key_file.empty()) {
+    ASSIGN_OR_RETURN(std::string secret, LoadCurveSecretKey(config_.curve_secret_key_file));
+    for (const Tenant& t : tenants_.tenants())
+      if (!t.curve_public_key.empty()) guard.curve_tenant_by_key[t.curve_public_key] = t.name;
+    if (guard.curve_tenant_by_key.empty())
+      return absl::InvalidArgumentError(
+          "--curve_secret_key_file: no tenant has a curve_public_key, so none could connect");
+    router_->set(zmq::sockopt::curve_server, 1);
+    router_->set(zmq::sockopt::curve_secretkey, secret);
+  } else {
+    router_->set(zmq::sockopt::plain_server, 1);
+  }
+  router_->set(zmq::sockopt::zap_domain, kZapDomain);
+  router_->set(zmq::sockopt::handshake_ivl,
+               static_cast<int>(absl::ToInt64Milliseconds(config_.handshake_timeout)));
+  ASSIGN_OR_RETURN(guard_, ConnectionGuard::Start(ctx_, *router_, &tenants_, std::move(guard)));
+  return absl::OkStatus();
+}
+
 absl::Status Daemon::BindEndpoints() {
   router_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
   router_->set(zmq::sockopt::linger, 0);
@@ -163,6 +191,7 @@ absl::Status Daemon::BindEndpoints() {
   max_message_bytes_ = kMaxHeaderBytes + kMaxKeysPerRequest * store_->MaxPageBytes();
   router_->set(zmq::sockopt::sndhwm, 100000);
   router_->set(zmq::sockopt::rcvhwm, 100000);
+  RETURN_IF_ERROR(SecureRouter());
   std::optional<gid_t> group;
   if (!config_.ipc_socket.empty() && !config_.socket_group.empty()) {
     const struct group* g = getgrnam(config_.socket_group.c_str());
@@ -310,10 +339,14 @@ void Daemon::OnRouterMessage() {
   size_t count = 0;
   uint64_t total = 0;
   int fd = -1;  // the connection's socket, from the first frame off the wire
+  std::string user;  // the tenant the handshake authenticated (connection_guard.h)
   for (bool more = true; more;) {
     zmq::message_t msg;
     if (!router_->recv(msg, zmq::recv_flags::dontwait)) break;  // cannot happen: atomic delivery
-    if (count == 0) fd = zmq_msg_get(msg.handle(), ZMQ_SRCFD);  // -1 when libzmq cannot tell
+    if (count == 0) {
+      fd = zmq_msg_get(msg.handle(), ZMQ_SRCFD);  // -1 when libzmq cannot tell
+      if (const char* u = zmq_msg_gets(msg.handle(), "User-Id")) user = u;
+    }
     more = msg.more();
     ++count;
     total += msg.size();
@@ -324,7 +357,9 @@ void Daemon::OnRouterMessage() {
     RefuseOversized(routing_id, frames, count, total, known);
     return;
   }
+  from_ = Origin{std::move(user), ConnectionOf(fd), true};
   Dispatch(routing_id, frames);
+  from_ = Origin{};
   if (sessions_.HasPeer(routing_id)) peers_.Note(routing_id, fd);
 }
 
@@ -383,6 +418,13 @@ absl::Status Daemon::Route(const std::string& routing_id, DecodedRequest& d, Fra
     if (s == nullptr)
       return absl::UnauthenticatedError(absl::StrCat(
           RequestName(r), ": unknown or expired session; send HELLO first"));
+    // A message fresh off the wire must come over the session's own
+    // connection, authenticated as its tenant (a re-dispatch after a fetch
+    // was checked when it arrived).
+    if (from_.wire && (from_.connection != s->connection || from_.user != s->tenant->name))
+      return absl::PermissionDeniedError(absl::StrCat(
+          RequestName(r), ": this session belongs to another connection (sessions are bound to "
+          "the connection that opened them; send HELLO on this one)"));
     s->last_seen = absl::Now();
     switch (r.body_case()) {
       case wire::Request::kRegisterBuffer: reply = HandleRegister(*s, d); break;

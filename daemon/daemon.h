@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/config.h"
+#include "daemon/connection_guard.h"
 #include "daemon/copy_engine.h"
 #include "daemon/data_path.h"
 #include "daemon/device_transfers.h"
@@ -72,6 +73,7 @@ class Daemon {
   void PinHostArena(tiers::Tier& host);
   absl::StatusOr<std::shared_ptr<ClientBuffer>> MapDeviceBuffer(const wire::RegisterBuffer& r);
   absl::Status BindEndpoints();
+  absl::Status SecureRouter();  // authentication in the handshake (connection_guard.h)
   static Frames RecvMultipart(zmq::socket_t& socket);
   void OnRouterMessage();
   void RefuseOversized(const std::string& routing_id, Frames& frames, size_t count, uint64_t total,
@@ -186,6 +188,9 @@ class Daemon {
   // One ROUTER bound to every endpoint (ipc and tcp), so completions need
   // only the routing id to find their peer.
   std::unique_ptr<zmq::socket_t> router_;
+  // Authenticates router_'s connections in the handshake (ZAP) and bounds
+  // unauthenticated ones; stopped before router_ closes.
+  std::unique_ptr<ConnectionGuard> guard_;
   std::unique_ptr<zmq::socket_t> completions_;
   std::unique_ptr<CopyEngine> engine_;
   // Maps registered buffers in after REGISTER (holds them weakly).
@@ -217,6 +222,14 @@ class Daemon {
   std::string completion_endpoint_;
   // Request metrics are atomics: the metrics thread reads them.
   RequestMetrics metrics_;
+  // Where the message being dispatched came from; wire: false for a
+  // re-dispatch (after a shared-cache fetch), which was checked on arrival.
+  struct Origin {
+    std::string user;  // the tenant its connection authenticated as
+    ConnectionId connection;
+    bool wire = false;
+  };
+  Origin from_;
   bool replied_ = false;  // set by SendReply: the request was answered inline
   bool fetched_ = false;  // the GET being dispatched had its shared-cache fetch
   // Its keys that came from the shared cache: the reply says "remote" for

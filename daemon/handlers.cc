@@ -34,7 +34,17 @@ static_assert(sizeof(PageKey) == kPageKeyBytes && std::is_trivially_copyable_v<P
 absl::StatusOr<Daemon::Reply> Daemon::HandleHello(const std::string& routing_id,
                                                    const DecodedRequest& d) {
   const wire::Hello& h = d.request.hello();
-  ASSIGN_OR_RETURN(const Tenant* tenant, tenants_.Authenticate(h.tenant(), h.token()));
+  // The handshake authenticated the connection (connection_guard.h): the
+  // session's tenant is that one; HELLO may name it, never another.
+  if (from_.user.empty())
+    return absl::UnauthenticatedError("HELLO: this connection did not authenticate");
+  if (!h.tenant().empty() && h.tenant() != from_.user)
+    return absl::PermissionDeniedError(absl::StrCat(
+        "HELLO: names tenant '", LogSafe(h.tenant()), "', but this connection authenticated as '",
+        LogSafe(from_.user), "' (a connection's tenant is the one its handshake named)"));
+  const Tenant* tenant = tenants_.Find(from_.user);
+  if (tenant == nullptr)
+    return absl::UnauthenticatedError("HELLO: the connection's tenant is no longer configured");
   const tiers::NamespaceId ns = tenant_ns_.at(tenant->name);
   // Per connection and per tenant first, so one tenant opening sessions
   // without end runs into its own limit long before the daemon's.
@@ -61,6 +71,7 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleHello(const std::string& routing_id,
   }
   Session& s = sessions_.Create(routing_id, ns);
   s.tenant = tenant;
+  s.connection = from_.connection;
   s.layout = layout;
   s.page_bytes = layout ? layout->PageBytes() : 0;
   s.client_name = h.client_name().substr(0, 128);

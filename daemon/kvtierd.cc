@@ -60,6 +60,10 @@ ABSL_FLAG(int, hbm_device_ordinal, 0, "CUDA device of the HBM tier and of client
 ABSL_FLAG(int, max_sessions, 1024, "maximum concurrent sessions");
 ABSL_FLAG(int, max_sessions_per_tenant, 64, "maximum concurrent sessions of one tenant (its \"max_sessions\" in the tenants file overrides this)");
 ABSL_FLAG(int, max_sessions_per_connection, 16, "maximum concurrent sessions opened over one client connection");
+ABSL_FLAG(int, handshake_timeout_ms, 5000, "a connection that has not authenticated (the ZeroMQ handshake, PLAIN or CURVE) within this is dropped");
+ABSL_FLAG(int, max_unauthenticated_per_peer, 4, "connections of one peer uid (ipc; tcp: address) that may be open without having authenticated yet; more are shut at once");
+ABSL_FLAG(int, max_unauthenticated, 64, "connections that may be open without having authenticated yet, in all");
+ABSL_FLAG(std::string, curve_secret_key_file, "", "CURVE instead of PLAIN: file (mode 0600) with this daemon's secret key (Z85, 40 characters; `kvtierctl curve-keygen` makes a pair); tenants authenticate by their curve_public_key and every connection is encrypted");
 ABSL_FLAG(std::string, max_registered_bytes_per_tenant, "64GiB", "client memory one tenant may have registered at once, over all its sessions (its \"max_registered_bytes\" in the tenants file overrides this)");
 ABSL_FLAG(std::string, socket_group, "", "give the ipc socket to this group with mode 0660 (one uid per tenant, all in the group); default: the socket is 0600, this uid only");
 ABSL_FLAG(std::string, prefetch_max_leased_per_tenant, "0", "bytes of prefetched pages one tenant may hold leased at once; 0 = half of --prefetch_max_pinned");
@@ -160,6 +164,10 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   c.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   c.max_sessions_per_tenant = absl::GetFlag(FLAGS_max_sessions_per_tenant);
   c.max_sessions_per_connection = absl::GetFlag(FLAGS_max_sessions_per_connection);
+  c.handshake_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_handshake_timeout_ms));
+  c.max_unauthenticated_per_peer = absl::GetFlag(FLAGS_max_unauthenticated_per_peer);
+  c.max_unauthenticated = absl::GetFlag(FLAGS_max_unauthenticated);
+  c.curve_secret_key_file = absl::GetFlag(FLAGS_curve_secret_key_file);
   ASSIGN_OR_RETURN(c.max_registered_bytes_per_tenant, BytesFlag(FLAGS_max_registered_bytes_per_tenant));
   c.socket_group = absl::GetFlag(FLAGS_socket_group);
   ASSIGN_OR_RETURN(c.prefetch.max_leased_bytes_per_ns, BytesFlag(FLAGS_prefetch_max_leased_per_tenant));

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 namespace kvtier::daemon {
-namespace {
 
 bool Identity(int fd, dev_t* dev, ino_t* ino) {
   struct stat st;
@@ -14,7 +13,13 @@ bool Identity(int fd, dev_t* dev, ino_t* ino) {
   return true;
 }
 
-}  // namespace
+ConnectionId ConnectionOf(int fd) {
+  ConnectionId c;
+  dev_t dev;
+  ino_t ino;
+  if (Identity(fd, &dev, &ino)) c = {static_cast<uint64_t>(dev), static_cast<uint64_t>(ino), true};
+  return c;
+}
 
 void PeerTable::Note(absl::string_view routing_id, int fd) {
   auto it = peers_.find(routing_id);

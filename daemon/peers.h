@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,19 @@
 #include "absl/strings/string_view.h"
 
 namespace kvtier::daemon {
+
+// A connection's socket, by device and inode (an fd number is reused, a
+// socket inode is not while the socket lives). known: false when libzmq
+// could not tell the fd (e.g. inproc).
+struct ConnectionId {
+  uint64_t dev = 0, ino = 0;
+  bool known = false;
+  bool operator==(const ConnectionId& o) const {
+    return dev == o.dev && ino == o.ino && known == o.known;
+  }
+};
+ConnectionId ConnectionOf(int fd);
+bool Identity(int fd, dev_t* dev, ino_t* ino);
 
 class PeerTable {
  public:

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "daemon/client_buffer.h"
+#include "daemon/peers.h"
 #include "daemon/tenants.h"
 #include "kvtier/layout.h"
 #include "tiers/tier_manager.h"
@@ -26,6 +27,9 @@ namespace kvtier::daemon {
 struct Session {
   std::string id;          // 16 random bytes, secret
   std::string routing_id;  // ZeroMQ peer that opened it
+  // The connection that opened it: every request must come over it (a new
+  // connection presenting the routing id of a closed one is another peer).
+  ConnectionId connection;
   const Tenant* tenant = nullptr;
   tiers::NamespaceId ns = 0;
   std::optional<Layout> layout;

@@ -1,6 +1,8 @@
 // Tenants file parsing and token checks.
 #include "daemon/tenants.h"
 
+#include <zmq.h>
+
 #include <openssl/crypto.h>
 
 #include <algorithm>
@@ -71,7 +73,7 @@ absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view wh
     static constexpr const char* kFields[] = {"name",    "token",        "admin",
                                               "quota",   "reserve",      "max_sessions",
                                               "max_registered_bytes", "redis_user",
-                                              "redis_password"};
+                                              "redis_password", "curve_public_key"};
     if (std::find(std::begin(kFields), std::end(kFields), field) == std::end(kFields))
       return absl::InvalidArgumentError(absl::StrCat(where, ": unknown field \"", field, "\""));
   }
@@ -107,6 +109,15 @@ absl::StatusOr<Tenant> ParseTenant(const nlohmann::json& t, absl::string_view wh
                      ByteValue(t["max_registered_bytes"], absl::StrCat(where, ": max_registered_bytes")));
   }
   RETURN_IF_ERROR(ParseRedisUser(t, where, &tenant));
+  if (t.contains("curve_public_key")) {
+    uint8_t raw[32];
+    if (!t["curve_public_key"].is_string() || t["curve_public_key"].get<std::string>().size() != 40 ||
+        zmq_z85_decode(raw, t["curve_public_key"].get<std::string>().c_str()) == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " (", tenant.name, "): \"curve_public_key\" must be a Z85 CURVE public key "
+          "(40 characters; kvtierctl curve-keygen)"));
+    tenant.curve_public_key = t["curve_public_key"].get<std::string>();
+  }
   return tenant;
 }
 
@@ -127,6 +138,11 @@ absl::StatusOr<TenantRegistry> TenantRegistry::Parse(absl::string_view json, abs
       if (other.name == tenant->name)
         return absl::InvalidArgumentError(
             absl::StrCat(origin, ": tenant '", tenant->name, "' is listed twice"));
+    for (const Tenant& other : reg.tenants_)
+      if (!tenant->curve_public_key.empty() && other.curve_public_key == tenant->curve_public_key)
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, ": tenants '", other.name, "' and '", tenant->name,
+            "' have the same curve_public_key"));
     reg.tenants_.push_back(*std::move(tenant));
   }
   if (reg.tenants_.empty())
@@ -140,6 +156,12 @@ absl::StatusOr<TenantRegistry> TenantRegistry::LoadFile(const std::string& path)
   std::stringstream ss;
   ss << in.rdbuf();
   return Parse(ss.str(), path);
+}
+
+const Tenant* TenantRegistry::Find(absl::string_view name) const {
+  for (const Tenant& t : tenants_)
+    if (t.name == name) return &t;
+  return nullptr;
 }
 
 TenantRegistry TenantRegistry::Default() {

@@ -27,6 +27,9 @@ struct Tenant {
   // The Redis ACL user (and its password) this tenant's remote-tier records
   // are read and written as; empty: the daemon's --remote_user.
   std::string redis_user, redis_password;
+  // Z85 CURVE public key this tenant authenticates with when the daemon
+  // runs CURVE (--curve_secret_key_file); empty: none.
+  std::string curve_public_key;
 };
 
 class TenantRegistry {
@@ -46,6 +49,9 @@ class TenantRegistry {
   // Unauthenticated. An unknown tenant and a wrong token get the same answer
   // so tenant names cannot be probed.
   absl::StatusOr<const Tenant*> Authenticate(absl::string_view name, absl::string_view token) const;
+  // The tenant named `name`, or nullptr (no token check: for a connection
+  // the handshake authenticated already).
+  const Tenant* Find(absl::string_view name) const;
   const std::vector<Tenant>& tenants() const { return tenants_; }
 
  private:

@@ -117,6 +117,8 @@ void TestDaemon::Start() {
   ResetObjects();
   probe_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::dealer);
   probe_->set(zmq::sockopt::linger, 0);
+  probe_->set(zmq::sockopt::plain_username, std::string(kTenantName[0]));
+  probe_->set(zmq::sockopt::plain_password, std::string(kTenantToken[0]));
   probe_->connect(endpoint_);
   std::fprintf(stderr, "conversation_fuzz: daemon on %s (hbm 2 MiB emulated, host 4 MiB, nvme %s)\n",
                endpoint_.c_str(), c.nvme.capacity_bytes ? "16 MiB" : "off");

@@ -122,8 +122,9 @@ void Oracle::Check(const Sent& s, const wire::Response& r,
   if (s.kind == kHello) {
     const wire::Hello& h = q.hello();
     int t = h.tenant() == kTenantName[0] ? 0 : h.tenant() == kTenantName[1] ? 1 : -1;
-    if (t < 0 || h.token() != kTenantToken[t] || r.hello().namespace_() != kTenantName[t])
-      Violation("HELLO accepted with the wrong tenant, token or namespace", &q, &r);
+    if (t != PeerTenant(s.peer) || r.hello().namespace_() != kTenantName[t])
+      Violation("HELLO accepted naming a tenant other than its connection's, or in another "
+                "namespace", &q, &r);
     if (r.hello().session_id().size() != 16) Violation("HELLO: session id not 16 bytes", &q, &r);
     return;
   }

@@ -25,6 +25,8 @@ namespace kvtier::fuzz {
 inline constexpr int kTenantCount = 2;  // 0 alpha (admin), 1 beta
 inline constexpr const char* kTenantName[kTenantCount] = {"alpha", "beta"};
 inline constexpr const char* kTenantToken[kTenantCount] = {"alpha-token-1", "beta-token-22"};
+// The tenant peer `p`'s connection authenticates as (PLAIN, in the handshake).
+inline constexpr int PeerTenant(int peer) { return peer % kTenantCount; }
 
 struct Sent;
 

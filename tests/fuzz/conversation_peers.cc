@@ -93,6 +93,11 @@ zmq::socket_t& Conversation::Socket(int peer) {
   if (!sockets_[peer]) {
     sockets_[peer] = std::make_unique<zmq::socket_t>(daemon_.context(), zmq::socket_type::dealer);
     sockets_[peer]->set(zmq::sockopt::linger, 0);
+    // Each peer authenticates in the handshake as its own tenant; HELLOs
+    // naming the other (or none) are refused (conversation_oracle.cc).
+    const int t = PeerTenant(peer);
+    sockets_[peer]->set(zmq::sockopt::plain_username, std::string(kTenantName[t]));
+    sockets_[peer]->set(zmq::sockopt::plain_password, std::string(kTenantToken[t]));
     sockets_[peer]->connect(daemon_.endpoint());
   }
   return *sockets_[peer];

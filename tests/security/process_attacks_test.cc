@@ -245,7 +245,7 @@ class Hole08_LogForging : public SecurityTest {};
 
 TEST_F(Hole08_LogForging, ControlCharactersInClientNameAreEscaped) {
   const std::string forged = "2026-01-01T00:00:00.000 info kvtierd: FORGED";
-  auto peer = std::make_unique<WirePeer>(daemon_->endpoint());
+  auto peer = std::make_unique<WirePeer>(daemon_->endpoint(), kMallory, kMalloryToken);
   auto r = peer->Hello(kMallory, kMalloryToken, std::nullopt, "x\n" + forged);
   ASSERT_TRUE(r.ok()) << r.status();
   auto r2 = peer->Hello(kMallory, kMalloryToken, std::nullopt, "y\r" + forged + "\x1b[2K");

@@ -61,7 +61,7 @@ std::unique_ptr<Client> SecurityTest::Admin() {
 }
 
 std::unique_ptr<WirePeer> SecurityTest::Mallory(const std::optional<Layout>& layout) {
-  auto p = std::make_unique<WirePeer>(daemon_->endpoint());
+  auto p = std::make_unique<WirePeer>(daemon_->endpoint(), kMallory, kMalloryToken);
   auto r = p->Hello(kMallory, kMalloryToken, layout, "mallory");
   EXPECT_TRUE(r.ok()) << r.status();
   if (r.ok()) {

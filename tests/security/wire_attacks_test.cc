@@ -58,7 +58,7 @@ TEST_F(Hole03_MemoryBeforeHello, FourFramesOf256MiB) {
   ASSERT_TRUE(victim.connected());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   {
-    WirePeer attacker(daemon_->endpoint());
+    WirePeer attacker(daemon_->endpoint(), "", "");  // no credentials
     ASSERT_TRUE(attacker.SendSameBuffer(buf.data(), kFrame, 4));
     // Today the daemon answers once it holds all 1 GiB; a fixed one may
     // answer at once or drop the peer. Either way, give the bytes time to go.
@@ -77,7 +77,7 @@ TEST_F(Hole03_MemoryBeforeHello, FourFramesOf256MiB) {
 }
 
 TEST_F(Hole03_MemoryBeforeHello, TwoFrameMessageBeforeHello) {
-  WirePeer attacker(daemon_->endpoint());
+  WirePeer attacker(daemon_->endpoint(), "", "");  // no credentials
   ASSERT_TRUE(attacker.SendFrames({std::string(64, '\xff'), std::string(1 << 20, 'x')}));
   ExpectErrorOrNothing(attacker, 2000, "a 2-frame garbage message before HELLO");
   // A well-formed HELLO with a stray payload frame.
@@ -86,7 +86,7 @@ TEST_F(Hole03_MemoryBeforeHello, TwoFrameMessageBeforeHello) {
   hello.set_request_id(7);
   hello.mutable_hello()->set_tenant(kMallory);
   hello.mutable_hello()->set_token(kMalloryToken);
-  WirePeer second(daemon_->endpoint());
+  WirePeer second(daemon_->endpoint(), "", "");
   ASSERT_TRUE(second.SendFrames({hello.SerializeAsString(), std::string(1 << 20, 'y')}));
   ExpectErrorOrNothing(second, 2000, "HELLO with a payload frame");
   ASSERT_TRUE(daemon_->Alive());
@@ -133,14 +133,14 @@ TEST_F(Hole06_SessionExhaustion, HoardedSessionsDoNotLockOutTheVictim) {
   const int64_t before = sessions();
   std::vector<std::unique_ptr<WirePeer>> peers;
   // Many sessions over one connection...
-  peers.push_back(std::make_unique<WirePeer>(daemon_->endpoint()));
+  peers.push_back(std::make_unique<WirePeer>(daemon_->endpoint(), kMallory, kMalloryToken));
   HelloTally one_conn;
   for (int i = 0; i < 100; ++i) one_conn.Add(peers[0]->Hello(kMallory, kMalloryToken, std::nullopt));
   // ...and over many.
   HelloTally many;
   int max_per_conn = one_conn.ok;
   for (int c = 0; c < 70; ++c) {
-    peers.push_back(std::make_unique<WirePeer>(daemon_->endpoint()));
+    peers.push_back(std::make_unique<WirePeer>(daemon_->endpoint(), kMallory, kMalloryToken));
     HelloTally t;
     for (int i = 0; i < 20; ++i) t.Add(peers.back()->Hello(kMallory, kMalloryToken, std::nullopt));
     max_per_conn = std::max(max_per_conn, t.ok);
@@ -194,7 +194,8 @@ class Hole06_SessionLimits : public SecurityTest {
 };
 
 TEST_F(Hole06_SessionLimits, LimitsAreEnforcedAndNamed) {
-  WirePeer p1(daemon_->endpoint()), p2(daemon_->endpoint()), p3(daemon_->endpoint());
+  WirePeer p1(daemon_->endpoint(), kMallory, kMalloryToken),
+      p2(daemon_->endpoint(), kMallory, kMalloryToken), p3(daemon_->endpoint(), kMallory, kMalloryToken);
   for (int i = 0; i < 3; ++i) EXPECT_WIRE_CODE(p1.Hello(kMallory, kMalloryToken, std::nullopt), OK);
   auto over = p1.Hello(kMallory, kMalloryToken, std::nullopt);
   EXPECT_WIRE_CODE(over, RESOURCE_EXHAUSTED);
@@ -214,7 +215,7 @@ TEST_F(Hole06_SessionLimits, LimitsAreEnforcedAndNamed) {
   // Closing connections frees theirs.
   p1.Close();
   p2.Close();
-  WirePeer p4(daemon_->endpoint());
+  WirePeer p4(daemon_->endpoint(), kMallory, kMalloryToken);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   int got = 0;
   while (got < 3 && std::chrono::steady_clock::now() < deadline) {
@@ -247,7 +248,7 @@ class MalformedMessages : public WithAlicePages<401> {
 };
 
 TEST_F(MalformedMessages, BeforeHello) {
-  WirePeer peer(daemon_->endpoint());
+  WirePeer peer(daemon_->endpoint(), kMallory, kMalloryToken);
   ExpectRefused(peer, {std::string(11, '\xff')}, "garbage header");
   wire::Request hello;
   hello.set_version(1);

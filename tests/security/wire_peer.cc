@@ -12,10 +12,16 @@ zmq::context_t& SharedContext() {
   return *ctx;
 }
 
-WirePeer::WirePeer(const std::string& endpoint)
+WirePeer::WirePeer(const std::string& endpoint, const std::string& tenant,
+                   const std::string& token, const std::string& routing_id)
     : socket_(SharedContext(), zmq::socket_type::dealer) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::sndtimeo, 20000);
+  if (!tenant.empty()) {
+    socket_.set(zmq::sockopt::plain_username, tenant);
+    socket_.set(zmq::sockopt::plain_password, token.empty() ? std::string("-") : token);
+  }
+  if (!routing_id.empty()) socket_.set(zmq::sockopt::routing_id, routing_id);
   socket_.connect(endpoint);
 }
 

@@ -29,7 +29,12 @@ zmq::context_t& SharedContext();
 
 class WirePeer {
  public:
-  explicit WirePeer(const std::string& endpoint);
+  // Authenticates in the handshake as `tenant` with `token` (PLAIN); an
+  // empty tenant sends no credentials at all (the NULL mechanism), which the
+  // daemon refuses before any message. `routing_id`: the ZeroMQ routing id
+  // to present (empty: libzmq picks one).
+  WirePeer(const std::string& endpoint, const std::string& tenant, const std::string& token,
+           const std::string& routing_id = "");
   ~WirePeer();
   WirePeer(const WirePeer&) = delete;
   WirePeer& operator=(const WirePeer&) = delete;

@@ -5,12 +5,15 @@
 //   tenants          every tenant's pages, bytes and quotas (admin)
 //   evict            --namespace=X [--tier=hbm|host|nvme] (--pages=N | --all)
 //   flush            demote every RAM page to NVMe, durably (admin)
+//   curve-keygen     a new CURVE key pair, Z85: "public <key>" and "secret <key>"
 // --json prints JSON instead of tables. Exit codes: 0 ok, 1 the daemon
 // refused or did not answer (one line on stderr), 2 bad command line.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <zmq.h>
 
 #include "absl/flags/flag.h"
 #include "kvtier/cli.h"
@@ -63,7 +66,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "shows and steers a running kvtierd. Commands: stats (the default: tier, namespace "
       "and latency tables), top|watch (stats refreshed with rates), ping, tenants (admin), "
-      "evict, flush (admin: every RAM page to NVMe, durably). Exit codes: 0 ok, 1 refused "
+      "evict, flush (admin: every RAM page to NVMe, durably), curve-keygen (a CURVE key "
+      "pair for --curve_secret_key_file and a tenant's curve_public_key). Exit codes: 0 ok, 1 refused "
       "or no daemon, 2 bad command line.\n"
       "  kvtierctl [stats|top|watch|ping|tenants|evict|flush] [--json] [--endpoint=...] "
       "[--tenant=... --token=...]\n"
@@ -71,6 +75,15 @@ int main(int argc, char** argv) {
   if (args.size() > 1) return kvtier::ctl::Fail("one command at a time", kvtier::ctl::kUsage);
   const std::string cmd = args.empty() ? "stats" : args[0];
   const kvtier::ctl::Options o = OptionsFromFlags(cmd);
+  if (cmd == "curve-keygen") {
+    // For --curve_secret_key_file (the daemon's) and curve_public_key (a
+    // tenant's, in the tenants file): libzmq makes the pair.
+    char pub[41], sec[41];
+    if (zmq_curve_keypair(pub, sec) != 0)
+      return kvtier::ctl::Fail("zmq_curve_keypair failed (libzmq built without CURVE?)", 1);
+    std::printf("public %s\nsecret %s\n", pub, sec);
+    return 0;
+  }
   if (cmd == "stats") return kvtier::ctl::CmdStats(o);
   if (cmd == "top" || cmd == "watch") return kvtier::ctl::CmdTop(o);
   if (cmd == "ping") return kvtier::ctl::CmdPing(o);
@@ -78,6 +91,7 @@ int main(int argc, char** argv) {
   if (cmd == "evict") return kvtier::ctl::CmdEvict(o);
   if (cmd == "flush") return kvtier::ctl::CmdFlush(o);
   return kvtier::ctl::Fail(
-      "unknown command '" + cmd + "' (try: stats, top, watch, ping, tenants, evict, flush)",
+      "unknown command '" + cmd +
+          "' (try: stats, top, watch, ping, tenants, evict, flush, curve-keygen)",
       kvtier::ctl::kUsage);
 }
