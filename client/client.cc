@@ -154,8 +154,8 @@ struct Client::Impl {
     std::memcpy(&value, static_cast<const char*>(event.data()) + 2, 4);
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
       return absl::UnauthenticatedError(absl::StrCat(
-          "kvtierd at ", endpoint, " refused the handshake (status ", value,
-          "): unknown tenant, wrong token, or a CURVE key no tenant has"));
+          "kvtierd: unknown tenant or bad token (or a CURVE key no tenant has): ", endpoint,
+          " refused the handshake (status ", value, ")"));
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
       return absl::FailedPreconditionError(absl::StrCat(
           "handshake with kvtierd at ", endpoint, " failed (ZMTP protocol error 0x",

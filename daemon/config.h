@@ -53,7 +53,7 @@ struct DaemonConfig {
   // authenticated within handshake_timeout is dropped; at most this many
   // unauthenticated connections per peer uid (tcp: address) and in all.
   absl::Duration handshake_timeout = absl::Seconds(5);
-  int max_unauthenticated_per_peer = 4;
+  int max_unauthenticated_per_peer = 3;
   int max_unauthenticated = 64;
   // CURVE instead of PLAIN: the daemon's secret key (Z85, 40 characters, a
   // file of mode 0600); tenants then authenticate by curve_public_key.

@@ -37,7 +37,7 @@ namespace kvtier::daemon {
 struct ConnectionGuardConfig {
   // Connections accepted but not yet authenticated, per peer uid (ipc) or
   // address (tcp), and in all.
-  int max_unauthenticated_per_peer = 4;
+  int max_unauthenticated_per_peer = 3;
   int max_unauthenticated = 64;
   // CURVE: tenant name per client public key (Z85). Empty: PLAIN.
   absl::flat_hash_map<std::string, std::string> curve_tenant_by_key;

@@ -61,7 +61,7 @@ ABSL_FLAG(int, max_sessions, 1024, "maximum concurrent sessions");
 ABSL_FLAG(int, max_sessions_per_tenant, 64, "maximum concurrent sessions of one tenant (its \"max_sessions\" in the tenants file overrides this)");
 ABSL_FLAG(int, max_sessions_per_connection, 16, "maximum concurrent sessions opened over one client connection");
 ABSL_FLAG(int, handshake_timeout_ms, 5000, "a connection that has not authenticated (the ZeroMQ handshake, PLAIN or CURVE) within this is dropped");
-ABSL_FLAG(int, max_unauthenticated_per_peer, 4, "connections of one peer uid (ipc; tcp: address) that may be open without having authenticated yet; more are shut at once");
+ABSL_FLAG(int, max_unauthenticated_per_peer, 3, "connections of one peer uid (ipc; tcp: address) that may be open without having authenticated yet; more are shut at once");
 ABSL_FLAG(int, max_unauthenticated, 64, "connections that may be open without having authenticated yet, in all");
 ABSL_FLAG(std::string, curve_secret_key_file, "", "CURVE instead of PLAIN: file (mode 0600) with this daemon's secret key (Z85, 40 characters; `kvtierctl curve-keygen` makes a pair); tenants authenticate by their curve_public_key and every connection is encrypted");
 ABSL_FLAG(std::string, max_registered_bytes_per_tenant, "64GiB", "client memory one tenant may have registered at once, over all its sessions (its \"max_registered_bytes\" in the tenants file overrides this)");

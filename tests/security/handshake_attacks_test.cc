@@ -11,7 +11,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -62,12 +65,19 @@ bool WriteAll(int fd, const char* p, size_t n) {
   return true;
 }
 
-// True once the daemon has closed (or reset) `fd`, within `ms`.
+// True once the daemon has closed (or reset) `fd`, within `ms`. What it
+// sent before (its ZMTP greeting) is read and dropped on the way.
 bool ClosedByDaemon(int fd, int ms) {
-  pollfd p{fd, POLLIN, 0};
-  if (poll(&p, 1, ms) <= 0) return false;
-  char c;
-  return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, std::max<int>(0, static_cast<int>(left.count()))) <= 0) return false;
+    const ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+  }
 }
 
 class HandshakeAttacks : public SecurityTest {
@@ -82,7 +92,7 @@ class HandshakeAttacks : public SecurityTest {
 // 16 connections that each start the handshake with one command frame of
 // the largest size the daemon's socket takes, send all of it but one byte,
 // and hold it; twice over. Unauthenticated memory is one frame per
-// connection, for at most 4 connections of one uid, for at most the
+// connection, for at most 3 connections of one uid, for at most the
 // handshake timeout; afterwards the allocator's keep is trimmed.
 TEST_F(HandshakeAttacks, PreAuthFloodHoldsNoMoreThanItsBound) {
   const pid_t pid = daemon_->pid();
@@ -137,6 +147,39 @@ TEST_F(HandshakeAttacks, PreAuthFloodHoldsNoMoreThanItsBound) {
   EXPECT_TRUE(alice->Ping().ok());
 }
 
+// The attack that found the hole: peers without credentials each send one
+// multipart message of frames under the frame cap whose last frame keeps
+// MORE set, and stay connected. Without the handshake check the daemon's
+// ZeroMQ I/O thread buffered all of it (4 GiB in the report, for as long
+// as the peers stayed).
+TEST_F(HandshakeAttacks, UnfinishedMessagesBeforeAuthenticationCostNothing) {
+  const std::string frame(8u << 20, 'M');
+  const pid_t pid = daemon_->pid();
+  VictimProbe victim(daemon_->endpoint(), kAlice, kAliceToken);
+  ASSERT_TRUE(victim.connected());
+  const uint64_t anon0 = ProcStatusBytes(pid, "RssAnon");
+  PeakSampler anon(pid, "RssAnon");
+  std::vector<std::unique_ptr<WirePeer>> peers;
+  int taken = 0;
+  for (int p = 0; p < 4; ++p) {
+    peers.push_back(std::make_unique<WirePeer>(daemon_->endpoint(), "", ""));
+    peers.back()->set_send_timeout_ms(200);
+    taken += peers.back()->SendUnfinished(frame.data(), frame.size(), 16);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // the peers stay connected
+  const uint64_t peak = anon.Stop();
+  LatencySummary ping = victim.Stop("unfinished_before_auth");
+  std::printf("SECURITY_MEM attack=unfinished_before_auth peers=4 frames_taken_by_zmq=%d "
+              "rss_anon_before_mib=%.1f rss_anon_peak_mib=%.1f\n",
+              taken, anon0 / 1048576.0, peak / 1048576.0);
+  peers.clear();
+  ASSERT_TRUE(daemon_->Alive());
+  EXPECT_LE(peak - std::min(peak, anon0), 64ull << 20)
+      << "peers without credentials made the daemon hold " << (peak - anon0) / 1048576.0 << " MiB";
+  EXPECT_LE(ping.p99_ms, kVictimP99Ms);
+  EXPECT_EQ(ping.errors, 0u);
+}
+
 // Connections that never say anything: a few wait for their handshake,
 // the rest are shut at once, and all are gone after the handshake timeout.
 TEST_F(HandshakeAttacks, IdleUnauthenticatedConnectionsAreBoundedAndDropped) {
@@ -154,7 +197,7 @@ TEST_F(HandshakeAttacks, IdleUnauthenticatedConnectionsAreBoundedAndDropped) {
   for (int fd : fds) close(fd);
   std::printf("SECURITY_CONN idle_connections=200 shut_at_once=%d open_after_timeout=%d\n",
               shut_at_once, open_after_timeout);
-  EXPECT_GE(shut_at_once, 190) << "more than 4 (+ slack) idle unauthenticated connections kept";
+  EXPECT_GE(shut_at_once, 190) << "more than 3 (+ slack) idle unauthenticated connections kept";
   EXPECT_EQ(open_after_timeout, 0) << "unauthenticated connections outlived the handshake timeout";
   auto alice = Alice();
   ASSERT_TRUE(alice);
@@ -170,7 +213,10 @@ TEST_F(HandshakeAttacks, UnauthenticatedPeersGetNoMessageThrough) {
   WirePeer wrong(daemon_->endpoint(), kAlice, "not-alices-token");
   WirePeer unknown(daemon_->endpoint(), "nobody", kMalloryToken);
   for (WirePeer* p : {&none, &wrong, &unknown}) {
-    ASSERT_TRUE(p->SendFrames({PingReq().SerializeAsString()}));
+    // libzmq may not even take the message (no peer ever completed the
+    // handshake); if it does, nothing comes back.
+    p->set_send_timeout_ms(500);
+    (void)p->SendFrames({PingReq().SerializeAsString()});
     EXPECT_FALSE(p->RecvFrames(800).has_value()) << "an unauthenticated peer was answered";
   }
   const uint64_t r3 = AdminStats().daemon().requests();
@@ -203,10 +249,14 @@ TEST_F(HandshakeAttacks, ReusedRoutingIdDoesNotTakeOverASession) {
       wire::Request stats;
       stats.mutable_stats();
       for (const wire::Request& q : {PingReq(), stats}) {
-        auto r = thief.Call(q, {}, 3000);
-        ASSERT_TRUE(r.ok()) << r.status();
-        EXPECT_NE(r->response.code(), wire::OK)
-            << tenant << " took over alice's session after " << delay_ms << " ms";
+        // Refused, or not answered at all (libzmq drops a connection that
+        // presents a routing id still in use): either way not alice's.
+        auto r = thief.Call(q, {}, 2000);
+        const bool answered_ok = r.ok() && r->response.code() == wire::OK;
+        EXPECT_FALSE(answered_ok) << tenant << " took over alice's session after " << delay_ms
+                                  << " ms";
+        std::printf("SECURITY_TAKEOVER tenant=%s delay_ms=%d outcome=%s\n", tenant, delay_ms,
+                    r.ok() ? wire::Code_Name(r->response.code()).c_str() : "no reply");
       }
     }
   }

@@ -59,6 +59,19 @@ bool WirePeer::SendSameBuffer(const void* data, size_t bytes, int count) {
   return true;
 }
 
+int WirePeer::SendUnfinished(const void* data, size_t bytes, int count) {
+  int taken = 0;
+  for (; taken < count; ++taken) {
+    zmq::message_t m(const_cast<void*>(data), bytes, nullptr, nullptr);
+    try {
+      if (!socket_.send(m, zmq::send_flags::sndmore)) break;
+    } catch (const zmq::error_t&) {
+      break;
+    }
+  }
+  return taken;
+}
+
 std::optional<std::vector<std::string>> WirePeer::RecvFrames(int timeout_ms) {
   zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
   if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) return std::nullopt;

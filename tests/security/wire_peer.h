@@ -44,6 +44,9 @@ class WirePeer {
   // One multipart message of `count` frames, each the same `bytes` at
   // `data`, sent zero-copy (the caller keeps `data` alive until Close()).
   bool SendSameBuffer(const void* data, size_t bytes, int count);
+  // As SendSameBuffer, but every frame keeps MORE set: a message that never
+  // ends. Returns how many frames ZeroMQ took.
+  int SendUnfinished(const void* data, size_t bytes, int count);
   // The next message, or nullopt after `timeout_ms`.
   std::optional<std::vector<std::string>> RecvFrames(int timeout_ms = 5000);
   absl::StatusOr<WireReply> CallRaw(const std::vector<std::string>& frames,
@@ -59,6 +62,8 @@ class WirePeer {
   // Closes the socket at once (linger 0), without BYE.
   void Close();
 
+  // How long a send may wait for a connection that takes it (20 s).
+  void set_send_timeout_ms(int ms) { socket_.set(zmq::sockopt::sndtimeo, ms); }
   const std::string& session() const { return session_; }
   void set_session(std::string s) { session_ = std::move(s); }
 
