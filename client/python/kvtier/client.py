@@ -38,6 +38,9 @@ class Client(_native.Client):
            client_name="") connects and authenticates (Unauthenticated on a bad
     tenant/token, Unavailable when no daemon answers within timeout_ms).
     Thread-safe: calls from several threads are serialised; each releases the GIL.
+    Not re-entrant: a call from inside this client's own get_layers on_layer
+    callback raises FailedPrecondition (the GET holds the client); see
+    docs/PYTHON.md, "Callbacks".
     """
 
     def __init__(self, endpoint=None, tenant="default", token="", layout=None,
@@ -84,7 +87,9 @@ class Client(_native.Client):
                     del self._shm_ids[k]
 
     def close(self):
-        """Ends the session (BYE); the daemon drops its registrations. Idempotent."""
+        """Ends the session (BYE); the daemon drops its registrations. Idempotent.
+        From inside this client's own get_layers on_layer callback: FailedPrecondition,
+        and the client stays open (close it after get_layers returns)."""
         super().close()
         self._shm_ids.clear()
 

@@ -63,7 +63,8 @@ BufferId RegisterShm(PyClient& c, const py::object& buf) {
   const PyShmBuffer& b = buf.cast<const PyShmBuffer&>();
   std::string name = b.name();
   uint64_t size = b.size();
-  BufferId id = Check(c.Call([&](Client& cl) { return cl.RegisterBuffer(name, size); }));
+  BufferId id =
+      Check(c.Call("register", [&](Client& cl) { return cl.RegisterBuffer(name, size); }));
   c.Keep(id, buf);
   return id;
 }
@@ -102,7 +103,7 @@ PyClient::~PyClient() {
     client_.reset();
     return;
   }
-  Close();  // pybind11 destroys holders with the GIL held; the BYE may wait
+  CloseSession();  // pybind11 destroys holders with the GIL held; the BYE may wait
 }
 
 void PyClient::Forget(BufferId id) {
@@ -117,7 +118,28 @@ AsyncLookups& PyClient::async() {
   return *async_;
 }
 
+void PyClient::RefuseReentry(const char* method) const {
+  if (busy_.op == nullptr || busy_.thread != std::this_thread::get_id()) return;
+  ThrowStatus(absl::FailedPreconditionError(absl::StrCat(
+      "kvtier.Client.", method, "() called from inside an ", busy_.callback,
+      " callback of the same client: the client is busy with ", busy_.op, "; call it after ",
+      busy_.op, " returns")));
+}
+
+PyClient::CallbackScope::CallbackScope(PyClient& c, const char* op, const char* callback)
+    : c_(c) {
+  c_.busy_ = Busy{std::this_thread::get_id(), op, callback};
+}
+
+PyClient::CallbackScope::~CallbackScope() { c_.busy_ = Busy{}; }
+
 void PyClient::Close() {
+  // Before anything changes: refused, the client stays open and usable.
+  RefuseReentry("close");
+  CloseSession();
+}
+
+void PyClient::CloseSession() {
   if (closed_) return;
   closed_ = true;
   std::unique_ptr<AsyncLookups> async = std::move(async_);
@@ -153,7 +175,7 @@ void BindClient(py::module_& m) {
           "unregister",
           [](PyClient& c, int64_t buffer_id) {
             BufferId id = CheckedBufferId(buffer_id);
-            Check(c.Call([&](Client& cl) { return cl.UnregisterBuffer(id); }));
+            Check(c.Call("unregister", [&](Client& cl) { return cl.UnregisterBuffer(id); }));
             c.Forget(id);
           },
           py::arg("buffer_id"))
@@ -162,14 +184,14 @@ void BindClient(py::module_& m) {
           [](PyClient& c, const py::handle& keys, int64_t lease_ms) {
             std::vector<PageKey> k = ParseKeys(keys);
             LookupOptions o{.lease = Millis(lease_ms, "lease_ms")};
-            return ToPy(Check(c.Call([&](Client& cl) { return cl.Lookup(k, o); })));
+            return ToPy(Check(c.Call("lookup", [&](Client& cl) { return cl.Lookup(k, o); })));
           },
           py::arg("keys"), py::arg("lease_ms") = 0)
       .def(
           "delete",
           [](PyClient& c, const py::handle& keys) {
             std::vector<PageKey> k = ParseKeys(keys);
-            return Check(c.Call([&](Client& cl) { return cl.Delete(k); }));
+            return Check(c.Call("delete", [&](Client& cl) { return cl.Delete(k); }));
           },
           py::arg("keys"))
       .def(
@@ -181,28 +203,30 @@ void BindClient(py::module_& m) {
                               .priority = priority,
                               .deadline = Millis(deadline_ms, "deadline_ms"),
                               .lease = Millis(lease_ms, "lease_ms")};
-            return Check(c.Call([&](Client& cl) { return cl.Prefetch(k, o); }));
+            return Check(c.Call("prefetch", [&](Client& cl) { return cl.Prefetch(k, o); }));
           },
           py::arg("keys"), py::arg("target") = "host", py::arg("priority") = 0,
           py::arg("deadline_ms") = 0, py::arg("lease_ms") = 0)
       .def("stats",
            [](PyClient& c) {
-             return MessageToDict(Check(c.Call([](Client& cl) { return cl.Stats(); })));
+             return MessageToDict(Check(c.Call("stats", [](Client& cl) { return cl.Stats(); })));
            })
       .def("ping",
            [](PyClient& c) {
-             return MessageToDict(Check(c.Call([](Client& cl) { return cl.Ping(); })));
+             return MessageToDict(Check(c.Call("ping", [](Client& cl) { return cl.Ping(); })));
            })
       .def("tenants",
            [](PyClient& c) {
-             return MessageToDict(Check(c.Call([](Client& cl) { return cl.Tenants(); })));
+             return MessageToDict(
+                 Check(c.Call("tenants", [](Client& cl) { return cl.Tenants(); })));
            })
       .def(
           "evict",
           [](PyClient& c, const std::string& ns, const py::handle& tier, int64_t pages) {
             TierKind t = ParseTier(tier, true, "tier");
             if (pages < 0) throw py::value_error("pages must be >= 0 (0: all)");
-            auto r = Check(c.Call([&](Client& cl) { return cl.Evict(ns, t, uint64_t(pages)); }));
+            auto r = Check(
+                c.Call("evict", [&](Client& cl) { return cl.Evict(ns, t, uint64_t(pages)); }));
             py::dict d;
             d["evicted"] = r.evicted;
             d["remaining"] = r.remaining;
@@ -210,7 +234,7 @@ void BindClient(py::module_& m) {
           },
           py::arg("namespace") = "", py::arg("tier") = py::none(), py::arg("pages") = 0)
       .def("flush", [](PyClient& c) {
-        auto r = Check(c.Call([](Client& cl) { return cl.Flush(); }));
+        auto r = Check(c.Call("flush", [](Client& cl) { return cl.Flush(); }));
         py::dict d;
         d["flushed"] = r.flushed;
         d["not_flushed"] = r.not_flushed;

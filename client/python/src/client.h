@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "common.h"
@@ -22,9 +23,12 @@ class PyClient {
   ~PyClient();
 
   // Runs fn(Client&) with the GIL released and the session's mutex held.
-  // FailedPrecondition when the client is closed. Needs the GIL on entry.
+  // FailedPrecondition when the client is closed. `method` is the Python
+  // method's name: a call from inside one of this client's own callbacks
+  // raises FailedPrecondition naming it (RefuseReentry). Needs the GIL on entry.
   template <typename F>
-  auto Call(F&& fn) -> decltype(fn(std::declval<Client&>())) {
+  auto Call(const char* method, F&& fn) -> decltype(fn(std::declval<Client&>())) {
+    RefuseReentry(method);
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
     if (!client_) return absl::FailedPreconditionError("kvtier.Client is closed");
@@ -54,9 +58,31 @@ class PyClient {
   std::map<std::pair<int, uintptr_t>, DeviceReg>& device_regs() { return device_regs_; }
 
   AsyncLookups& async();  // created on first use
+  // close(): FailedPrecondition from inside one of this client's callbacks.
   void Close();
 
+  // While one lives, this thread runs a Python callback (`callback`, e.g.
+  // "on_layer") of this client's `op` (e.g. "get_layers"), which holds the
+  // session's mutex: a call into the client from this thread would wait on
+  // itself forever, so it raises instead. Other threads are not refused; they
+  // wait for the mutex. Create and destroy with the GIL held.
+  class CallbackScope {
+   public:
+    CallbackScope(PyClient& c, const char* op, const char* callback);
+    ~CallbackScope();
+    CallbackScope(const CallbackScope&) = delete;
+    CallbackScope& operator=(const CallbackScope&) = delete;
+
+   private:
+    PyClient& c_;
+  };
+
  private:
+  // Raises FailedPrecondition when this thread is inside one of this client's
+  // callbacks (a CallbackScope). Needs the GIL.
+  void RefuseReentry(const char* method) const;
+  void CloseSession();  // Close() without the callback check (the destructor)
+
   ClientOptions options_;
   std::mutex mu_;
   std::unique_ptr<Client> client_;  // null once closed
@@ -66,6 +92,14 @@ class PyClient {
   std::map<BufferId, py::object> kept_;
   std::map<std::pair<int, uintptr_t>, DeviceReg> device_regs_;
   std::unique_ptr<AsyncLookups> async_;
+  // The callback running now (CallbackScope), guarded by the GIL. At most one:
+  // callbacks run under mu_, and a callback cannot start another call.
+  struct Busy {
+    std::thread::id thread;
+    const char* op = nullptr;  // null: no callback is running
+    const char* callback = nullptr;
+  };
+  Busy busy_;
 };
 
 // Python-visible results.

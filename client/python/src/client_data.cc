@@ -72,7 +72,7 @@ py::list Get(PyClient& c, const py::handle& keys, int64_t buffer_id, const py::h
   std::vector<PageKey> k = ParseKeys(keys);
   std::vector<uint64_t> off = ParseOffsets(offsets, k.size());
   GetOptions o = ParseGetOptions(policy, timeout_ms);
-  return TierList(Check(c.Call([&](Client& cl) { return cl.Get(k, buffer, off, o); })));
+  return TierList(Check(c.Call("get", [&](Client& cl) { return cl.Get(k, buffer, off, o); })));
 }
 
 PutResult Put(PyClient& c, const py::handle& keys, int64_t buffer_id, const py::handle& offsets,
@@ -81,12 +81,13 @@ PutResult Put(PyClient& c, const py::handle& keys, int64_t buffer_id, const py::
   std::vector<PageKey> k = ParseKeys(keys);
   std::vector<uint64_t> off = ParseOffsets(offsets, k.size());
   PageKey p = ParseKey(parent, "parent");
-  return Check(c.Call([&](Client& cl) { return cl.Put(k, p, buffer, off); }));
+  return Check(c.Call("put", [&](Client& cl) { return cl.Put(k, p, buffer, off); }));
 }
 
 // on_layer(l) runs on the calling thread with the GIL taken back for it. An
 // exception from it stops further callbacks and is raised once the GET ends
-// (the C++ client is not unwound through).
+// (the C++ client is not unwound through). It runs under the session's mutex,
+// so calls into `c` from it are refused (CallbackScope), never deadlocked.
 py::list GetLayers(PyClient& c, const py::handle& keys, int64_t buffer_id,
                    const py::handle& offsets, const py::object& mapping, int64_t progress_offset,
                    const py::object& on_layer, const std::string& policy, int64_t timeout_ms) {
@@ -109,13 +110,14 @@ py::list GetLayers(PyClient& c, const py::handle& keys, int64_t buffer_id,
   LayerCallback cb = [&](uint32_t layer) {
     if (on_layer.is_none() || failure) return;
     py::gil_scoped_acquire gil;
+    PyClient::CallbackScope busy(c, "get_layers", "on_layer");
     try {
       on_layer(layer);
     } catch (py::error_already_set& e) {
       failure.emplace(std::move(e));
     }
   };
-  auto r = c.Call([&](Client& cl) {
+  auto r = c.Call("get_layers", [&](Client& cl) {
     return cl.GetLayers(k, buffer, off, span, uint64_t(progress_offset), cb, o);
   });
   if (failure) throw std::move(*failure);
@@ -124,7 +126,7 @@ py::list GetLayers(PyClient& c, const py::handle& keys, int64_t buffer_id,
 
 py::list GetInline(PyClient& c, const py::handle& keys) {
   std::vector<PageKey> k = ParseKeys(keys);
-  auto pages = Check(c.Call([&](Client& cl) { return cl.GetInline(k); }));
+  auto pages = Check(c.Call("get_inline", [&](Client& cl) { return cl.GetInline(k); }));
   py::list out(pages.size());
   for (size_t i = 0; i < pages.size(); ++i)
     out[i] = pages[i].empty() ? py::object(py::none()) : py::object(py::bytes(pages[i]));
@@ -136,7 +138,7 @@ PutResult PutInline(PyClient& c, const py::handle& keys, const py::handle& pages
   std::vector<PageKey> k = ParseKeys(keys);
   PageViews views(pages, k.size(), c.page_bytes());
   PageKey p = ParseKey(parent, "parent");
-  return Check(c.Call([&](Client& cl) { return cl.PutInline(k, p, views.pages()); }));
+  return Check(c.Call("put_inline", [&](Client& cl) { return cl.PutInline(k, p, views.pages()); }));
 }
 
 }  // namespace
@@ -151,7 +153,8 @@ void BindClientData(py::class_<PyClient>& c) {
       .def("get_layers", &GetLayers, py::arg("keys"), py::arg("buffer_id"), py::arg("offsets"),
            py::arg("buf"), py::arg("progress_offset"), py::arg("on_layer") = py::none(),
            py::arg("policy") = "wait", py::arg("timeout_ms") = 0,
-           "Layer-wise GET: on_layer(l) runs as layer l of every hit lands.")
+           "Layer-wise GET: on_layer(l) runs as layer l of every hit lands. on_layer must not "
+           "call this client (it is busy with the GET): such a call raises FailedPrecondition.")
       .def("get_inline", &GetInline, py::arg("keys"))
       .def("put_inline", &PutInline, py::arg("keys"), py::arg("pages"),
            py::arg("parent") = py::none());

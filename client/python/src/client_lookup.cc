@@ -68,7 +68,7 @@ void BindLookupBatch(py::class_<PyClient>& c) {
         ParsedChains parsed = ParseChains(chains);
         std::vector<absl::Span<const PageKey>> spans = parsed.Spans();
         LookupOptions o{.lease = std::chrono::milliseconds(lease_ms)};
-        return ToPyList(Check(self.Call([&](Client& cl) {
+        return ToPyList(Check(self.Call("lookup_batch", [&](Client& cl) {
           return cl.LookupBatch(absl::MakeConstSpan(spans), o);
         })));
       },

@@ -102,12 +102,12 @@ py::tuple RegisterCuda(PyClient& c, uintptr_t ptr, uint64_t size) {
   auto it = regs.find(key);
   if (it != regs.end() && (it->second.handle != s.handle || it->second.size != s.size)) {
     BufferId stale = it->second.id;
-    (void)c.Call([&](Client& cl) { return cl.UnregisterBuffer(stale); });
+    (void)c.Call("register_tensor", [&](Client& cl) { return cl.UnregisterBuffer(stale); });
     c.Forget(stale);
     it = regs.end();
   }
   if (it == regs.end()) {
-    BufferId id = Check(c.Call([&](Client& cl) {
+    BufferId id = Check(c.Call("register_tensor", [&](Client& cl) {
       return cl.RegisterDeviceBuffer(DeviceBufferKind::kCudaIpc, s.handle, s.device, s.size);
     }));
     it = regs.emplace(key, PyClient::DeviceReg{id, s.size, s.handle}).first;
