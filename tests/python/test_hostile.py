@@ -190,3 +190,49 @@ def test_raise_status_maps_every_code():
             kvtier._native._raise_status(code, f"message {code}")
         assert isinstance(e.value, kvtier.Error) and e.value.message == f"message {code}"
     assert issubclass(kvtier.InvalidArgument, ValueError)
+
+
+def _curve_pair():
+    """A CURVE key pair from `kvtierctl curve-keygen` (public, secret), Z85."""
+    import subprocess
+    from conftest import BUILD_DIR
+    out = subprocess.run([os.path.join(BUILD_DIR, "tools", "kvtierctl"), "curve-keygen"],
+                         check=True, capture_output=True, text=True).stdout.split("\n")
+    keys = dict(line.split(" ", 1) for line in out if line)
+    assert len(keys["public"]) == 40 and len(keys["secret"]) == 40
+    return keys["public"], keys["secret"]
+
+
+def test_curve_authentication(kvtierd_factory, tmp_path):
+    """With --curve_secret_key_file the handshake is CURVE: a tenant's key pair
+    connects as that tenant, an unknown key and PLAIN credentials do not."""
+    server_pub, server_sec = _curve_pair()
+    team_pub, team_sec = _curve_pair()
+    stranger_pub, stranger_sec = _curve_pair()
+    key_file = tmp_path / "curve.key"
+    key_file.write_text(server_sec + "\n")
+    key_file.chmod(0o600)
+    tenants = {"tenants": [{"name": "team-a", "token": "secret-aaaa", "curve_public_key": team_pub}]}
+    d = kvtierd_factory(flags=[f"--curve_secret_key_file={key_file}"], tenants=tenants,
+                        probe_tenant="team-a", probe_token="secret-aaaa")
+    with kvtier.Client(d.endpoint, tenant="team-a",
+                       curve_keys=(server_pub, team_pub, team_sec)) as c:
+        assert c.namespace == "team-a"
+        c.ping()
+    with pytest.raises(kvtier.Unauthenticated, match="unknown tenant or bad token"):
+        kvtier.Client(d.endpoint, tenant="team-a", timeout_ms=3000,
+                      curve_keys=(server_pub, stranger_pub, stranger_sec))
+    # PLAIN against a CURVE daemon: a clear error, not a timeout.
+    with pytest.raises(kvtier.Error, match="different security mechanisms"):
+        kvtier.Client(d.endpoint, tenant="team-a", token="secret-aaaa", timeout_ms=3000)
+    # The key file must be the daemon's alone.
+    key_file.chmod(0o644)
+    bad = tmp_path / "open.key"
+    bad.write_text(server_sec + "\n")
+    bad.chmod(0o644)
+    import subprocess
+    from conftest import KVTIERD
+    r = subprocess.run([KVTIERD, f"--curve_secret_key_file={bad}", f"--socket={tmp_path}/k.sock",
+                        f"--state_dir={tmp_path}/state", "--nvme_bytes=0", "--host_bytes=16MiB"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and "chmod 600" in r.stderr, r.stderr

@@ -35,8 +35,11 @@ class Client(_native.Client):
     """A session with kvtierd. See docs/PYTHON.md.
 
     Client(endpoint=None, tenant="default", token="", layout=None, timeout_ms=10000,
-           client_name="") connects and authenticates (Unauthenticated on a bad
-    tenant/token, Unavailable when no daemon answers within timeout_ms).
+           client_name="", curve_keys=None) connects and authenticates in the
+    ZeroMQ handshake: PLAIN with tenant/token, or CURVE with curve_keys =
+    (daemon public key, tenant public key, tenant secret key), Z85, when the
+    daemon runs --curve_secret_key_file (Unauthenticated on a bad tenant/token
+    or key, Unavailable when no daemon answers within timeout_ms).
     Thread-safe: calls from several threads are serialised; each releases the GIL.
     Not re-entrant: a call from inside this client's own get_layers on_layer
     callback raises FailedPrecondition (the GET holds the client); see
@@ -44,8 +47,8 @@ class Client(_native.Client):
     """
 
     def __init__(self, endpoint=None, tenant="default", token="", layout=None,
-                 timeout_ms=10000, client_name=""):
-        super().__init__(endpoint, tenant, token, layout, timeout_ms, client_name)
+                 timeout_ms=10000, client_name="", curve_keys=None):
+        super().__init__(endpoint, tenant, token, layout, timeout_ms, client_name, curve_keys)
         self._lock = threading.Lock()
         self._shm_ids = {}  # id(ShmBuffer) -> (buffer id, the buffer)
 

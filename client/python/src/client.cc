@@ -72,9 +72,19 @@ BufferId RegisterShm(PyClient& c, const py::object& buf) {
 }  // namespace
 
 PyClient::PyClient(const py::object& endpoint, const std::string& tenant, const std::string& token,
-                   const py::object& layout, int64_t timeout_ms, const std::string& client_name) {
+                   const py::object& layout, int64_t timeout_ms, const std::string& client_name,
+                   const py::object& curve_keys) {
   options_.endpoint = endpoint.is_none() ? std::string() : endpoint.cast<std::string>();
   options_.tenant = tenant;
+  if (!curve_keys.is_none()) {
+    auto keys = curve_keys.cast<std::vector<std::string>>();
+    if (keys.size() != 3)
+      throw py::value_error(
+          "curve_keys must be (daemon public key, tenant public key, tenant secret key), Z85");
+    options_.curve_server_key = keys[0];
+    options_.curve_public_key = keys[1];
+    options_.curve_secret_key = keys[2];
+  }
   options_.token = token;
   if (!layout.is_none()) {
     if (!py::isinstance<Layout>(layout))
@@ -161,9 +171,10 @@ void BindClient(py::module_& m) {
   BindResults(m);
   py::class_<PyClient> c(m, "Client");
   c.def(py::init<const py::object&, const std::string&, const std::string&, const py::object&,
-                 int64_t, const std::string&>(),
+                 int64_t, const std::string&, const py::object&>(),
         py::arg("endpoint") = py::none(), py::arg("tenant") = "default", py::arg("token") = "",
-        py::arg("layout") = py::none(), py::arg("timeout_ms") = 10000, py::arg("client_name") = "")
+        py::arg("layout") = py::none(), py::arg("timeout_ms") = 10000, py::arg("client_name") = "",
+        py::arg("curve_keys") = py::none())
       .def_property_readonly("namespace", &PyClient::namespace_name)
       .def_property_readonly("page_bytes", &PyClient::page_bytes)
       .def_property_readonly("layout_id", &PyClient::layout_id)

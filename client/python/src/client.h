@@ -18,8 +18,11 @@ class AsyncLookups;  // lookup_async's worker (lookup_async.h)
 
 class PyClient {
  public:
+  // curve_keys: None (PLAIN with tenant and token), or (daemon's public key,
+  // the tenant's public key, the tenant's secret key), Z85 strings.
   PyClient(const py::object& endpoint, const std::string& tenant, const std::string& token,
-           const py::object& layout, int64_t timeout_ms, const std::string& client_name);
+           const py::object& layout, int64_t timeout_ms, const std::string& client_name,
+           const py::object& curve_keys);
   ~PyClient();
 
   // Runs fn(Client&) with the GIL released and the session's mutex held.
