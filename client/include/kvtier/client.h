@@ -36,15 +36,17 @@ absl::string_view TierKindName(TierKind t);
 struct ClientOptions {
   std::string endpoint;          // empty: DefaultEndpoint() (kvtier/paths.h)
   // The connection authenticates in the ZeroMQ handshake: PLAIN with tenant
-  // and token, or CURVE when curve_server_key is set (the daemon's public
-  // key; the tenant's own pair goes in curve_public_key / curve_secret_key,
-  // all Z85). docs/PROTOCOL.md, "Connecting".
+  // and token, or CURVE (the keys below). docs/PROTOCOL.md, "Connecting".
   std::string tenant = "default";
   std::string token;
-  std::string curve_server_key, curve_public_key, curve_secret_key;
   std::optional<Layout> layout;  // required for GET/PUT; not for LOOKUP/STATS
   std::string client_name;       // shows up in the daemon's log
   std::chrono::milliseconds timeout{10000};
+  // CURVE instead of PLAIN when curve_server_key is set: the daemon's public
+  // key, and the tenant's own pair (its public half is the tenant's
+  // curve_public_key in the tenants file), all Z85. Last, so aggregate
+  // initialisation of the fields above keeps working.
+  std::string curve_server_key, curve_public_key, curve_secret_key;
 };
 
 struct LookupResult {
