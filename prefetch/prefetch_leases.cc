@@ -56,7 +56,7 @@ void Prefetcher::Finish(const Job& job, tiers::PromoteResult result,
     } else if (first = FirstGrantLocked(id, now); !first) {
       ++c_.lease_bound_refused;
       if (watch) watch_[id] = now;
-    } else if (UsageLocked(job.ns) + bytes > ShareLocked(job.ns, now)) {
+    } else if (LeasedLocked(job.ns) + bytes > ShareLocked(job.ns, now)) {
       ++c_.lease_refused;
       if (watch) watch_[id] = now;
     } else {
@@ -96,7 +96,8 @@ uint32_t Prefetcher::LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> 
       break;
     }
     const absl::Time now = absl::Now();
-    if (auto l = leases_.find(id); l != leases_.end() && l->second.granted + max_lease_ > now) {
+    auto l = leases_.find(id);
+    if (l != leases_.end() && l->second.granted + max_lease_ > now) {
       // Leased meanwhile.
       l->second.expiry =
           std::max(l->second.expiry, std::min(now + lease, l->second.granted + max_lease_));
@@ -105,10 +106,12 @@ uint32_t Prefetcher::LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> 
       ++leased_keys;
       continue;
     }
-    // Held for max_lease in this window already (or the namespace's grant
-    // records are full): a hit, not held. Checked before the share, so it
-    // costs the namespace none of it.
-    std::optional<absl::Time> first = FirstGrantLocked(id, now);
+    // Held for max_lease in this window already (a lease at its bound the
+    // timer has not ended yet, or a remembered first grant), or the
+    // namespace's grant records are full: a hit, not held. Checked before
+    // the share, so it costs the namespace none of it.
+    std::optional<absl::Time> first;
+    if (l == leases_.end()) first = FirstGrantLocked(id, now);
     if (!first) {
       ++c_.lease_bound_refused;
       release.push_back(std::move(*hold));
@@ -116,7 +119,7 @@ uint32_t Prefetcher::LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> 
       continue;
     }
     const uint64_t bytes = hold->bytes();
-    const bool over_share = UsageLocked(ns) + bytes > ShareLocked(ns, now);
+    const bool over_share = LeasedLocked(ns) + bytes > ShareLocked(ns, now);
     // Within its share but the budget is full: take the excess back from
     // the namespaces over their (shrunk) shares first.
     if (over_share || (pinned_bytes_ + bytes > max_pinned_bytes_ &&
@@ -161,6 +164,11 @@ void Prefetcher::GrantLocked(const JobId& id, tiers::PagePin pin, absl::Time now
 
 void Prefetcher::MarkActiveLocked(tiers::NamespaceId ns, absl::Time now) { last_asked_[ns] = now; }
 
+uint64_t Prefetcher::LeasedLocked(tiers::NamespaceId ns) const {
+  auto it = leased_by_ns_.find(ns);
+  return it == leased_by_ns_.end() ? 0 : it->second;
+}
+
 uint64_t Prefetcher::UsageLocked(tiers::NamespaceId ns) const {
   uint64_t used = 0;
   if (auto it = leased_by_ns_.find(ns); it != leased_by_ns_.end()) used += it->second;
@@ -189,8 +197,8 @@ uint64_t Prefetcher::ShareLocked(tiers::NamespaceId ns, absl::Time now) {
 uint64_t Prefetcher::RevokeOverShareLocked(absl::Time now, std::vector<tiers::PagePin>* release) {
   absl::flat_hash_map<tiers::NamespaceId, uint64_t> excess;  // leased bytes to give back
   for (const auto& [ns, leased] : leased_by_ns_) {
-    const uint64_t used = UsageLocked(ns), share = ShareLocked(ns, now);
-    if (used > share) excess[ns] = std::min(used - share, leased);
+    const uint64_t share = ShareLocked(ns, now);
+    if (leased > share) excess[ns] = leased - share;
   }
   if (excess.empty()) return 0;
   // The newest leases first: a chain's leading pages were leased first, and

@@ -297,10 +297,14 @@ class Prefetcher {
   void MarkActiveLocked(tiers::NamespaceId ns, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // min(max_leased_per_ns_, budget / active namespaces), `ns` counted active.
   uint64_t ShareLocked(tiers::NamespaceId ns, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Leased + in-flight bytes of `ns`.
+  // Leased bytes of `ns`: what its share bounds for leases. In-flight
+  // promotions are not counted there, or a LOOKUP's own lookahead (the same
+  // pages coming up) would use up the share its lease needs.
+  uint64_t LeasedLocked(tiers::NamespaceId ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leased + in-flight bytes of `ns`: what its share bounds for admission.
   uint64_t UsageLocked(tiers::NamespaceId ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Ends the newest leases of every namespace over its share, down to its
-  // share (pins into *release); returns the bytes freed.
+  // Ends the newest leases of every namespace leasing more than its share,
+  // down to its share (pins into *release); returns the bytes freed.
   uint64_t RevokeOverShareLocked(absl::Time now, std::vector<tiers::PagePin>* release)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lifetime bound: the first grant of (ns, key) in the window (now when
