@@ -178,10 +178,10 @@ absl::StatusOr<Daemon::ChainLookup> Daemon::LookupChain(const Session& s,
       return absl::FailedPreconditionError(
           "LOOKUP: lease_ms needs the prefetcher, and this daemon runs with it off");
     // Only what is held may be counted on: the chain ends at the first page
-    // that could not be leased.
-    out.leased = prefetcher_->LeaseHits(s.ns, chain.first(result.hits),
-                                        absl::Milliseconds(lease_ms));
-    result.hits = out.leased;
+    // that could not be leased. Pages this tenant already held for the
+    // longest lease in the window are hits, unleased (`leased` < `hits`).
+    result.hits = prefetcher_->LeaseHits(s.ns, chain.first(result.hits),
+                                         absl::Milliseconds(lease_ms), &out.leased);
   }
   out.hits = result.hits;
   for (uint32_t i = 0; i < out.hits; ++i) out.tiers.push_back(static_cast<char>(result.tiers[i]));

@@ -66,7 +66,7 @@ ABSL_FLAG(int, max_unauthenticated, 64, "connections that may be open without ha
 ABSL_FLAG(std::string, curve_secret_key_file, "", "CURVE instead of PLAIN: file (mode 0600) with this daemon's secret key (Z85, 40 characters; `kvtierctl curve-keygen` makes a pair); tenants authenticate by their curve_public_key and every connection is encrypted");
 ABSL_FLAG(std::string, max_registered_bytes_per_tenant, "64GiB", "client memory one tenant may have registered at once, over all its sessions (its \"max_registered_bytes\" in the tenants file overrides this)");
 ABSL_FLAG(std::string, socket_group, "", "give the ipc socket to this group with mode 0660 (one uid per tenant, all in the group); default: the socket is 0600, this uid only");
-ABSL_FLAG(std::string, prefetch_max_leased_per_tenant, "0", "bytes of prefetched pages one tenant may hold leased at once; 0 = half of --prefetch_max_pinned");
+ABSL_FLAG(std::string, prefetch_max_leased_per_tenant, "0", "bytes of prefetched pages one tenant may hold leased at once, at most (budget / active tenants); 0 = half of --prefetch_max_pinned");
 ABSL_FLAG(bool, buffer_warmup, true, "after REGISTER_BUFFER, map the pages the client's buffer holds into the daemon on a background thread (never its holes), so the first GET costs what later ones do; STATS namespaces[].warmup.pending_bytes is 0 once warm");
 ABSL_FLAG(int, session_idle_timeout_s, 1800, "drop sessions idle for this many seconds");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");

@@ -346,6 +346,8 @@ void Daemon::FillPrefetchStats(wire::StatsReply* out) const {
   p->set_lease_refused(c.lease_refused);
   p->set_lookup_leased(c.lookup_leased);
   p->set_lookup_lease_refused(c.lookup_lease_refused);
+  p->set_lease_revoked(c.lease_revoked);
+  p->set_lease_bound_refused(c.lease_bound_refused);
   p->set_demand_jobs(c.demand_jobs);
   p->set_promoted_pages(c.promoted_pages);
   p->set_promoted_bytes(c.promoted_bytes);

@@ -49,6 +49,15 @@ std::optional<Job> PrefetchQueue::Pop() {
   return job;
 }
 
+std::optional<Job> PrefetchQueue::Take(const JobId& id) {
+  auto found = index_.find(id);
+  if (found == index_.end()) return std::nullopt;
+  Job job = *found->second;
+  jobs_.erase(found->second);
+  index_.erase(found);
+  return job;
+}
+
 const Job* PrefetchQueue::Peek() const { return jobs_.empty() ? nullptr : &*jobs_.begin(); }
 
 bool PrefetchQueue::Demand(const JobId& id) {

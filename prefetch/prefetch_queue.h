@@ -44,6 +44,17 @@ class PrefetchQueue {
   // The most urgent job, left queued; nullptr when empty. Valid until the
   // next mutation.
   const Job* Peek() const;
+  // The most urgent job for which `pred` holds, left queued; nullptr when
+  // none. Lets the Prefetcher pass over jobs of namespaces at their share of
+  // the budget without reordering anything (they keep their place).
+  template <typename Pred>
+  const Job* FirstWhere(Pred pred) const {
+    for (const Job& j : jobs_)
+      if (pred(j)) return &j;
+    return nullptr;
+  }
+  // Removes the queued job of `id` and returns it; nullopt when not queued.
+  std::optional<Job> Take(const JobId& id);
   // Raises a queued job to the demand class (a GET waits on it) and marks it
   // demanded. False when the key is not queued.
   bool Demand(const JobId& id);

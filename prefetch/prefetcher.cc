@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "tiers/io_class.h"
 
@@ -20,6 +21,12 @@ absl::Status PrefetcherConfig::Validate() const {
     return absl::InvalidArgumentError("prefetch watch_period must be > 0");
   if (policy.default_lease < absl::ZeroDuration() || policy.max_lease < absl::ZeroDuration())
     return absl::InvalidArgumentError("prefetch leases must be >= 0");
+  if (share_active_window <= absl::ZeroDuration())
+    return absl::InvalidArgumentError("prefetch share_active_window must be > 0");
+  if (lease_window < absl::ZeroDuration())
+    return absl::InvalidArgumentError("prefetch lease_window must be >= 0");
+  if (max_grant_records_per_ns < 1)
+    return absl::InvalidArgumentError("prefetch max_grant_records_per_ns must be >= 1");
   return absl::OkStatus();
 }
 
@@ -51,6 +58,11 @@ Prefetcher::Prefetcher(const PrefetcherConfig& config, tiers::TierManager* store
   max_leased_per_ns_ = config.max_leased_bytes_per_ns > 0
                            ? config.max_leased_bytes_per_ns
                            : std::max<uint64_t>(1, max_pinned_bytes_ / 2);
+  max_lease_ = policy_->Lease(JobClass::kHint, absl::InfiniteDuration());
+  // At least max_lease, so a lease always ends before its record ages out.
+  lease_window_ = config.lease_window > absl::ZeroDuration()
+                      ? std::max(config.lease_window, max_lease_)
+                      : 2 * max_lease_;
 }
 
 Prefetcher::~Prefetcher() { Shutdown(); }
@@ -93,8 +105,9 @@ ScheduleResult Prefetcher::AddJobs(tiers::NamespaceId ns, absl::Span<const PageK
   for (size_t j = 0; j < which.size(); ++j) where[j] = store_->Locate(ns, keys[which[j]], &bytes[j]);
   const absl::Time now = absl::Now();
   const absl::Duration lease = policy_->Lease(hint.cls, hint.lease);
-  const absl::Duration max_lease = policy_->Lease(JobClass::kHint, absl::InfiniteDuration());
+  const absl::Duration max_lease = max_lease_;
   absl::MutexLock lock(&mu_);
+  if (!which.empty()) MarkActiveLocked(ns, now);
   for (size_t j = 0; j < which.size(); ++j) {
     const JobId id{ns, keys[which[j]]};
     if (where[j] < 0) {
@@ -204,21 +217,44 @@ PrefetchLoad Prefetcher::LoadLocked() const {
                       .demand_io = demand_io_};
 }
 
-std::vector<Job> Prefetcher::TakeBatch(std::vector<std::shared_ptr<Waiter>>* fire) {
+std::vector<Job> Prefetcher::TakeBatch(std::vector<std::shared_ptr<Waiter>>* fire,
+                                       std::vector<tiers::PagePin>* release) {
   std::vector<Job> batch;
   const absl::Time now = absl::Now();
+  // Namespaces at their share while the budget is full, this round: their
+  // prefetches wait (in place) while other namespaces' jobs behind them run,
+  // so one tenant's PREFETCHes cannot hold the queue's head against everyone.
+  // (With room in the budget, a namespace over its share is still promoted,
+  // just not leased: Finish.)
+  absl::flat_hash_set<tiers::NamespaceId> at_share;
   while (batch.size() < config_.batch_pages) {
-    const Job* head = queue_.Peek();
+    const Job* head = queue_.FirstWhere([&](const Job& j) {
+      return j.cls == JobClass::kDemand || j.deadline < now || !at_share.contains(j.ns);
+    });
     if (head == nullptr) break;
     const bool demand = head->cls == JobClass::kDemand;
     if (!demand && head->deadline < now) {
-      Job late = *queue_.Pop();
+      Job late = *queue_.Take(IdOf(*head));
       ++c_.dropped;
       WakeWaitersLocked(IdOf(late), fire);
       continue;
     }
-    if (!demand && !policy_->Admit(*head, LoadLocked())) break;
-    Job job = *queue_.Pop();
+    if (!demand && !policy_->Admit(*head, LoadLocked())) {
+      // Held back for another reason than the budget (demand I/O): all wait.
+      if (pinned_bytes_ + head->bytes <= max_pinned_bytes_) break;
+      // The budget is full. A namespace at its share waits (in place) and
+      // the jobs of others behind it go on; one job always fits a namespace
+      // holding nothing, so a share below a page cannot stall it.
+      const uint64_t used = UsageLocked(head->ns);
+      if (used > 0 && used + head->bytes > ShareLocked(head->ns, now)) {
+        at_share.insert(head->ns);
+        continue;
+      }
+      // Within its share: the namespaces over theirs (shares shrank when
+      // this one arrived) give back their excess.
+      if (RevokeOverShareLocked(now, release) == 0 || !policy_->Admit(*head, LoadLocked())) break;
+    }
+    Job job = *queue_.Take(IdOf(*head));
     const JobId id = IdOf(job);
     Running& run = running_[id];
     run.is_prefetch = job.cls != JobClass::kDemand || job.demanded;
@@ -228,6 +264,7 @@ std::vector<Job> Prefetcher::TakeBatch(std::vector<std::shared_ptr<Waiter>>* fir
       queued_waiters_.erase(w);
     }
     pinned_bytes_ += job.bytes;
+    inflight_by_ns_[job.ns] += job.bytes;
     batch.push_back(std::move(job));
   }
   return batch;
@@ -237,16 +274,18 @@ void Prefetcher::WorkerLoop() {
   for (;;) {
     std::vector<Job> batch;
     std::vector<std::shared_ptr<Waiter>> fire;
+    std::vector<tiers::PagePin> release;  // revoked leases: dropped unlocked
     {
       absl::MutexLock lock(&mu_);
       for (;;) {
         if (stopping_) return;
-        batch = TakeBatch(&fire);
-        if (!batch.empty() || !fire.empty()) break;
+        batch = TakeBatch(&fire, &release);
+        if (!batch.empty() || !fire.empty() || !release.empty()) break;
         // The timeout re-checks deadlines of jobs held back by backpressure.
         work_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(50));
       }
     }
+    release.clear();
     Fire(fire);
     RunBatch(batch);
   }

@@ -7,12 +7,32 @@
 // expiry, so "hit on LOOKUP, gone by GET" cannot happen. Promotion itself is
 // tiers::TierManager::PromoteTo (mechanism); the PrefetchPolicy decides.
 //
+// Shares (issue 24): the pinned budget is split evenly among the *active*
+// namespaces — those holding leases or promotions, or that asked for a lease
+// or a prefetch within `share_active_window`. A namespace's share is
+// min(max_leased_bytes_per_ns, max_pinned_bytes / active); over it, it gets
+// no new lease and no new promotion (its queued jobs wait, keeping their
+// place, while others' run). Shares shrink when a tenant arrives, so a
+// namespace within its share that finds the budget full ends the newest
+// leases of the namespaces over theirs, down to their shares (`lease_revoked`):
+// a newcomer gets its share at once, not when old leases expire. Shares are
+// isolation, not policy: the Prefetcher enforces them whatever the policy.
+//
+// Lease lifetime: a namespace holds one page leased at most max_lease from
+// the first grant, however the lease is renewed (PREFETCH or LOOKUP again, or
+// a GET ending it and a new one granting another). The first grant is
+// remembered for `lease_window` (default 2 × max_lease), so a page is held at
+// most max_lease out of any lease_window; past that the page is not leased
+// again until the window ends (`lease_bound_refused`).
+//
 // Thread-safety: every public method is thread-safe. Callbacks given to
 // WhenReady run on a prefetcher thread (or the caller's, when nothing is
 // pending) with no prefetcher lock held.
 #pragma once
 
 #include <atomic>
+#include <deque>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -43,6 +63,15 @@ struct PrefetcherConfig {
   size_t max_watched = 16384;
   absl::Duration watch_period = absl::Milliseconds(100);
   DefaultPolicyConfig policy;   // used when no policy is passed to Create
+  // A namespace counts towards the share split while it holds leases or
+  // promotions, and this long after it last asked for a lease or prefetch.
+  absl::Duration share_active_window = absl::Seconds(3);
+  // The lease lifetime bound's window; 0: 2 × the policy's longest lease.
+  absl::Duration lease_window = absl::ZeroDuration();
+  // First grants remembered per namespace for the lifetime bound. A
+  // namespace with this many gets no lease on a page it was not granted in
+  // the window (bounded memory; only the namespace itself loses leases).
+  size_t max_grant_records_per_ns = 1 << 17;
 
   absl::Status Validate() const;
 };
@@ -61,6 +90,8 @@ struct PrefetchCounters {
   uint64_t lease_refused = 0;      // promoted, but the namespace's lease cap was reached
   uint64_t lookup_leased = 0;      // pages a LOOKUP with a lease began holding
   uint64_t lookup_lease_refused = 0;  // LOOKUP hits left unleased: over the lease cap
+  uint64_t lease_revoked = 0;      // leases ended early: their namespace was over its share
+  uint64_t lease_bound_refused = 0;  // pages left unleased: held max_lease in this window
   uint64_t demand_waited = 0;      // GET pages that waited on a queued/running prefetch
   uint64_t demand_jobs = 0;        // promotions a GET asked for directly (timeout policy)
   uint64_t promoted_pages = 0;     // pages this prefetcher moved up
@@ -121,11 +152,15 @@ class Prefetcher {
   // chain order) in the store for `lease` (at most the policy's longest),
   // or until a GET reads them, extending leases a page already has. Stops
   // at the first key it cannot hold (gone since the lookup, or over the
-  // namespace's lease cap or the pinned-bytes budget) and returns how many
-  // leading keys are now leased: only those may be counted on. Held pages
+  // namespace's share or the pinned-bytes budget) and returns how many
+  // leading keys count as hits; `*leased` (optional) gets how many of them
+  // are held. The two differ by the pages this namespace already held for
+  // max_lease in the window (the lifetime bound): those still count as hits,
+  // unleased — they were present, and refusing the hit would make a
+  // scheduler recompute a hot prefix — but nothing holds them. Held pages
   // may still be promoted (TierManager::HoldForLease).
-  uint32_t LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> keys, absl::Duration lease)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  uint32_t LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> keys, absl::Duration lease,
+                     uint32_t* leased = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
 
   // A GET pinned (ns, key): its lease, if any, is no longer needed.
   void OnDemandRead(tiers::NamespaceId ns, const PageKey& key) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -168,9 +203,19 @@ class Prefetcher {
   struct Lease {
     tiers::PagePin pin;
     absl::Time expiry;
-    absl::Time granted;  // PREFETCH again extends expiry, never past granted + max_lease
+    // The first grant of (ns, key) in the lease window: renewals never
+    // extend expiry past granted + max_lease.
+    absl::Time granted;
     uint64_t bytes = 0;  // the stored page's real size
     bool counted = false;  // already counted (late / demand): no in_time on read
+    uint64_t seq = 0;      // grant order: revocation ends the newest first
+  };
+  // First grants of one namespace's pages within the lease window, for the
+  // lifetime bound. `order` is in grant order (grants are stamped under mu_),
+  // so aging pops its front.
+  struct GrantRecords {
+    absl::flat_hash_map<PageKey, absl::Time> first;
+    std::deque<std::pair<absl::Time, PageKey>> order;
   };
   struct Running {
     std::vector<std::shared_ptr<Waiter>> waiters;
@@ -187,7 +232,10 @@ class Prefetcher {
   void TimerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Takes up to batch_pages jobs in queue order while the policy admits
   // them; drops jobs past their deadline on the way (their waiters to *fire).
-  std::vector<Job> TakeBatch(std::vector<std::shared_ptr<Waiter>>* fire)
+  // Passes over jobs of namespaces at their share; may revoke leases over
+  // share (their pins into *release, dropped by the caller unlocked).
+  std::vector<Job> TakeBatch(std::vector<std::shared_ptr<Waiter>>* fire,
+                             std::vector<tiers::PagePin>* release)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunBatch(std::vector<Job>& batch) ABSL_LOCKS_EXCLUDED(mu_);
   // Records a job's outcome: a lease, or the pin to drop (into *release,
@@ -236,7 +284,8 @@ class Prefetcher {
   absl::Time next_probe_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t pinned_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_leased_per_ns_ = 0;
-  // Leased bytes per namespace (≤ max_leased_per_ns_).
+  // Leased bytes per namespace (within its share when granted; a shrunk
+  // share may leave it over until revoked).
   absl::flat_hash_map<tiers::NamespaceId, uint64_t> leased_by_ns_ ABSL_GUARDED_BY(mu_);
   // Ends a lease's accounting (the caller drops or keeps the pin).
   void UnleaseLocked(const JobId& id, const Lease& lease) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -244,6 +293,41 @@ class Prefetcher {
   // max_lease); false when (ns, key) has no lease.
   bool ExtendLease(const JobId& id, absl::Duration lease, absl::Duration max_lease)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Shares. `ns` asked for a lease or a prefetch now (it becomes active).
+  void MarkActiveLocked(tiers::NamespaceId ns, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // min(max_leased_per_ns_, budget / active namespaces), `ns` counted active.
+  uint64_t ShareLocked(tiers::NamespaceId ns, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leased bytes of `ns`: what its share bounds for leases. In-flight
+  // promotions are not counted there, or a LOOKUP's own lookahead (the same
+  // pages coming up) would use up the share its lease needs.
+  uint64_t LeasedLocked(tiers::NamespaceId ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leased + in-flight bytes of `ns`: what its share bounds for admission.
+  uint64_t UsageLocked(tiers::NamespaceId ns) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the newest leases of every namespace leasing more than its share,
+  // down to its share (pins into *release); returns the bytes freed.
+  uint64_t RevokeOverShareLocked(absl::Time now, std::vector<tiers::PagePin>* release)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lifetime bound: the first grant of (ns, key) in the window (now when
+  // none), or nullopt when a lease now would go past first + max_lease or
+  // the namespace's records are full.
+  std::optional<absl::Time> FirstGrantLocked(const JobId& id, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a grant made at `first` (no-op when already recorded).
+  void RememberGrantLocked(const JobId& id, absl::Time first) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets first grants older than the window.
+  void AgeGrantsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Grants a lease of `pin` to `id` (accounting, timer); caller checked share and bound.
+  void GrantLocked(const JobId& id, tiers::PagePin pin, absl::Time now, absl::Time first,
+                   absl::Duration lease, uint64_t bytes, bool counted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration max_lease_;     // the policy's longest lease
+  absl::Duration lease_window_;  // see PrefetcherConfig::lease_window
+  // In-flight promotion bytes per namespace (running jobs).
+  absl::flat_hash_map<tiers::NamespaceId, uint64_t> inflight_by_ns_ ABSL_GUARDED_BY(mu_);
+  // When each namespace last asked for a lease or a prefetch.
+  absl::flat_hash_map<tiers::NamespaceId, absl::Time> last_asked_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<tiers::NamespaceId, GrantRecords> grants_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_lease_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t demand_io_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   PrefetchCounters c_ ABSL_GUARDED_BY(mu_);

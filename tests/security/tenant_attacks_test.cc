@@ -5,9 +5,11 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "kvtier/shm_buffer.h"
 #include "tests/security/security_fixture.h"
@@ -374,6 +376,103 @@ TEST_F(HostileLeases, OneTenantsLeasesDoNotStarveAnother) {
   ASSERT_TRUE(deep.ok()) << deep.status();
   EXPECT_EQ(deep->hits, on_nvme_.size());
   ExpectAliceIntact(AllKeys());
+}
+
+// ------------------------------------------------ issue 24: lease shares --
+
+// Two hostile tenants, mallory and trudy, each flood leased LOOKUPs at their
+// cap (--prefetch_max_leased_per_tenant, default half the prefetch budget):
+// together they hold the whole budget. Alice, arriving after them, must still
+// get her fair share (budget / 3 active tenants) of leased hits at once.
+constexpr char kTrudy[] = "trudy";
+constexpr char kTrudyToken[] = "trudy-secret-001";
+
+class LeaseShares : public SecurityTest {
+ protected:
+  // 8 MiB of host: prefetch may pin 2 MiB (32 pages of 64 KiB), one tenant
+  // 1 MiB (16 pages). No lookahead: only leases pin.
+  std::vector<std::string> Flags() const override {
+    return {"--prefetch_lookahead=false", "--host_bytes=8MiB"};
+  }
+  std::string Tenants() const override {
+    std::string json = TenantsJson();
+    json.insert(json.rfind("]}"), absl::StrCat(R"(, {"name": ")", kTrudy, R"(", "token": ")",
+                                               kTrudyToken, R"("})"));
+    return json;
+  }
+  std::unique_ptr<WirePeer> Trudy() {
+    auto p = std::make_unique<WirePeer>(daemon_->endpoint());
+    auto r = p->Hello(kTrudy, kTrudyToken, itest::SmallLayout(), "trudy");
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (r.ok()) {
+      EXPECT_EQ(r->response.code(), wire::OK) << r->response.message();
+    }
+    return p;
+  }
+};
+
+TEST_F(LeaseShares, TwoFloodingTenantsLeaveAThirdItsFairShareOfLeases) {
+  constexpr uint64_t kBudgetPages = 32, kCapPages = 16;
+  constexpr uint32_t kFairPages = static_cast<uint32_t>(kBudgetPages * kPage / 3 / kPage);  // 10
+  auto m = Mallory();
+  auto t = Trudy();
+  const auto hoard_m = itest::MakeChain(itest::SmallLayout(), 2401, 48);
+  const auto hoard_t = itest::MakeChain(itest::SmallLayout(), 2402, 48);
+  ASSERT_EQ(WirePutChain(*m, hoard_m, kPage, 16), hoard_m.size());
+  ASSERT_EQ(WirePutChain(*t, hoard_t, kPage, 16), hoard_t.size());
+  auto alice = Alice();
+  ASSERT_TRUE(alice);
+  const auto mine = itest::MakeChain(itest::SmallLayout(), 2403, 16);
+  ASSERT_NO_FATAL_FAILURE(PlantAlice(*alice, mine));
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint32_t> leased_m{0}, leased_t{0};
+  std::atomic<uint64_t> rounds{0};
+  auto flood = [&](WirePeer* peer, const std::vector<PageKey>* keys, std::atomic<uint32_t>* out) {
+    wire::Request look = LookupReq(*keys);
+    look.mutable_lookup()->set_lease_ms(30000);
+    while (!stop.load()) {
+      auto r = peer->Call(look);
+      if (r.ok() && r->response.code() == wire::OK) out->store(r->response.lookup().leased());
+      rounds.fetch_add(1);
+    }
+  };
+  std::thread fm(flood, m.get(), &hoard_m, &leased_m);
+  std::thread ft(flood, t.get(), &hoard_t, &leased_t);
+  // Both at their caps: the whole budget is held.
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < until && (leased_m.load() < kCapPages || leased_t.load() < kCapPages))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(leased_m.load(), kCapPages);
+  EXPECT_EQ(leased_t.load(), kCapPages);
+
+  const auto t0 = Clock::now();
+  auto first = alice->Lookup(mine, LookupOptions{.lease = std::chrono::seconds(30)});
+  const long first_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  ASSERT_TRUE(first.ok()) << first.status();
+  // A second later, with the flood still going: still held, not taken back.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  auto later = alice->Lookup(mine, LookupOptions{.lease = std::chrono::seconds(30)});
+  ASSERT_TRUE(later.ok()) << later.status();
+  stop = true;
+  fm.join();
+  ft.join();
+  wire::StatsReply s = AdminStats();
+  std::printf("SECURITY_LEASE_SHARE victim_leased=%u victim_hits=%u fair_share_pages=%u "
+              "victim_leased_after_1s=%u budget_pages=%lu flooder_leased=%u,%u first_lookup_ms=%ld "
+              "flood_lookups=%lu lease_revoked=%lu pinned_kib=%lu\n",
+              first->leased, first->hits, kFairPages, later->leased,
+              static_cast<unsigned long>(kBudgetPages), leased_m.load(), leased_t.load(), first_ms,
+              static_cast<unsigned long>(rounds.load()),
+              static_cast<unsigned long>(s.prefetch().lease_revoked()),
+              static_cast<unsigned long>(s.prefetch().pinned_bytes() >> 10));
+  EXPECT_GE(first->leased, kFairPages) << "alice got less than her fair share of leases";
+  EXPECT_EQ(first->hits, first->leased);
+  EXPECT_GE(later->leased, kFairPages) << "alice's share was taken back during the flood";
+  EXPECT_LE(leased_m.load() + leased_t.load() + later->leased, kBudgetPages);
+  EXPECT_LE(s.prefetch().pinned_bytes(), kBudgetPages * kPage);
+  ExpectAliceIntact(mine);
 }
 
 double MedianUs(std::vector<double> v) {

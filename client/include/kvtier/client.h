@@ -53,14 +53,20 @@ struct LookupResult {
   uint32_t hits = 0;             // leading keys present
   std::vector<TierKind> tiers;   // tier of each hit
   uint32_t prefetching = 0;      // NVMe hits the daemon started promoting (lookahead)
-  uint32_t leased = 0;           // with LookupOptions::lease: hits pinned for this session
+  // With LookupOptions::lease: how many of the hits are pinned for this
+  // session's tenant; fewer than `hits` only for pages the tenant already
+  // held leased for the longest lease (30 s) lately (docs/PROTOCOL.md,
+  // "Lifetime bound"): present, but not held.
+  uint32_t leased = 0;
 };
 
 struct LookupOptions {
   // > 0: the daemon pins the leading hits for this long (or until a GET
   // reads them), so a page counted now cannot be evicted before it is
-  // loaded; `hits` then counts only pages it could pin (a namespace's pinned
-  // bytes are capped). 0: a plain LOOKUP, whose hits may be gone by the GET.
+  // loaded; `hits` then counts only pages it could pin (a tenant's share of
+  // the pinned budget is capped), and pages past the lease lifetime bound,
+  // unpinned (see LookupResult::leased). 0: a plain LOOKUP, whose hits may
+  // be gone by the GET.
   std::chrono::milliseconds lease{0};
 };
 
@@ -138,8 +144,10 @@ class Client {
   // Many chains in one round trip (a scheduler's waiting queue):
   // result[i] answers chains[i] as Lookup(chains[i], options) would — its
   // leading hits, their tiers, its lookahead count and, with a lease,
-  // leased == hits. Chains are looked up in order, so with a lease a later
-  // chain may be cut where earlier ones used up the tenant's lease cap. An
+  // leased == hits (the reply carries no per-chain count: a page past the
+  // lease lifetime bound is counted as leased here). Chains are looked up in
+  // order, so with a lease a later chain may be cut where earlier ones used
+  // up the tenant's share of the lease budget. An
   // empty chain answers hits 0 and is not sent. Up to 4096 chains and 32768
   // keys go in one request (docs/PROTOCOL.md, "Batched LOOKUP"); a longer
   // list goes as several requests, one after another. InvalidArgument (and
