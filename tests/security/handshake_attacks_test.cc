@@ -126,8 +126,15 @@ TEST_F(HandshakeAttacks, PreAuthFloodHoldsNoMoreThanItsBound) {
     for (auto& t : attackers) t.join();
   }
   const uint64_t peak = anon.Stop();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the guard trims once a second
-  const uint64_t after = ProcStatusBytes(pid, "RssAnon");
+  // The last connections close (handshake timeout) and the guard trims (at
+  // most once a second): wait for it, up to 5 s.
+  uint64_t after = ProcStatusBytes(pid, "RssAnon");
+  int waited_ms = 0;
+  for (; waited_ms < 5000 && after > anon0 + (4ull << 20); waited_ms += 100) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = ProcStatusBytes(pid, "RssAnon");
+  }
+  std::printf("SECURITY_MEM attack=preauth_flood back_within_ms=%d\n", waited_ms);
   LatencySummary ping = victim.Stop("preauth_flood");
   std::printf("SECURITY_MEM attack=preauth_flood connections=32 filled=%d shut_early=%d "
               "rss_anon_before_mib=%.1f rss_anon_peak_mib=%.1f rss_anon_after_mib=%.1f\n",
@@ -137,7 +144,7 @@ TEST_F(HandshakeAttacks, PreAuthFloodHoldsNoMoreThanItsBound) {
   EXPECT_GT(shut_early.load(), 0) << "no connection over the unauthenticated limit was shut";
   EXPECT_LE(peak - std::min(peak, anon0), 64ull << 20)
       << "unauthenticated peers made the daemon hold " << (peak - anon0) / 1048576.0 << " MiB";
-  EXPECT_LE(after - std::min(after, anon0), 16ull << 20) << "the flood's memory was kept";
+  EXPECT_LE(after - std::min(after, anon0), 4ull << 20) << "the flood's memory was kept";
   EXPECT_LE(ping.p99_ms, kVictimP99Ms);
   EXPECT_EQ(ping.errors, 0u);
   const std::string log = daemon_->Log();

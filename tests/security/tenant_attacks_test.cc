@@ -401,7 +401,7 @@ class LeaseShares : public SecurityTest {
     return json;
   }
   std::unique_ptr<WirePeer> Trudy() {
-    auto p = std::make_unique<WirePeer>(daemon_->endpoint());
+    auto p = std::make_unique<WirePeer>(daemon_->endpoint(), kTrudy, kTrudyToken);
     auto r = p->Hello(kTrudy, kTrudyToken, itest::SmallLayout(), "trudy");
     EXPECT_TRUE(r.ok()) << r.status();
     if (r.ok()) {
