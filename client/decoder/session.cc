@@ -13,8 +13,17 @@ namespace kvtier::decoder {
 
 absl::Status DecoderSession::LoadWeights(const SessionOptions& o, CudaForwardOptions* cuda) {
   cuda->seed = o.weight_seed;
+  // An attention window given on the command line changes every page's KV
+  // past the window (the layers above the first attend over fewer tokens),
+  // so it goes into the config the fingerprint hashes: pages stored under
+  // one window are never restored under another. Without an override the
+  // config (and every existing key) is unchanged.
+  auto apply_overrides = [&o](ModelConfig& c) {
+    if (o.sliding_window.has_value()) c.sliding_window = *o.sliding_window;
+  };
   if (!o.checkpoint_dir.empty()) {
     ASSIGN_OR_RETURN(weights_, LoadCheckpoint(o.checkpoint_dir));
+    apply_overrides(weights_->config);
     fingerprint_ = ModelFingerprint(*weights_);
     return absl::OkStatus();
   }
@@ -24,12 +33,14 @@ absl::Status DecoderSession::LoadWeights(const SessionOptions& o, CudaForwardOpt
           absl::StrCat("size \"", o.size, "\" exists only as random weights on the GPU (--device=cuda)"));
     weights_ = std::make_unique<ModelWeights>();  // the config only; tensors live on the device
     weights_->config = *device_only;
+    apply_overrides(weights_->config);
     cuda->random_on_device = true;
     fingerprint_ = DeviceRandomFingerprint(weights_->config, o.weight_seed);
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(ModelConfig config, NamedConfig(o.size));
   weights_ = RandomWeights(config, o.weight_seed);
+  apply_overrides(weights_->config);
   fingerprint_ = ModelFingerprint(*weights_);
   return absl::OkStatus();
 }

@@ -346,3 +346,33 @@ def test_cli_help_and_run(ckpt, kvtierd):
     assert runs[1]["restored"] == 0 and runs[2]["restored"] == 96 and runs[2]["computed"] == 4
     j = [json.loads(l[len("json: "):]) for l in p.stdout.splitlines() if l.startswith("json: ")]
     assert [x["prefill_forward_tokens"] for x in j] == [100, 4]
+
+
+def test_a_window_override_never_restores_across_windows(ckpt, kvtierd):
+    """--sliding_window changes every page's KV past the window, so it is in
+    the fingerprint (C++ and Python alike): pages stored under one window are
+    restored under that window only, never under another or under none."""
+    prompt = prompt_of(100, seed=5)
+    first = cpp(ckpt, 100, seed=5, endpoint=kvtierd.endpoint, extra=("--sliding_window=40",))[1]
+    assert first["restored"] == 0 and first["pages_put"] > 0
+    for other in ("--sliding_window=24", "--sliding_window=0"):
+        run = cpp(ckpt, 100, seed=5, endpoint=kvtierd.endpoint, extra=(other,))[1]
+        assert run["restored"] == 0, f"{other} restored pages stored under --sliding_window=40"
+    again = cpp(ckpt, 100, seed=5, endpoint=kvtierd.endpoint, extra=("--sliding_window=40",))[1]
+    assert again["restored"] > 0
+    # Python computes the same keys for the same window, other keys for another.
+    n_pages = 100 // TPP
+
+    def hits(window):
+        s = Session(ckpt, tokens_per_page=TPP, kv_pages=16, endpoint=kvtierd.endpoint,
+                    sliding_window=window)
+        try:
+            return s.fingerprint, s.store.client.lookup(s.store.keys(prompt)[:n_pages]).hits
+        finally:
+            s.close()
+
+    fp40, h40 = hits(40)
+    fp31, h31 = hits(31)
+    fp_none, _ = hits(None)
+    assert h40 == n_pages and h31 == 0
+    assert len({fp40, fp31, fp_none}) == 3

@@ -50,6 +50,11 @@ class Session:
                  sliding_window=None):
         self.weights = load_checkpoint(model_dir)
         c = self.weights.config
+        # A window given here changes every page's KV past it, so it goes into
+        # the config the fingerprint hashes, as the C++ DecoderSession does:
+        # pages stored under one window are never restored under another.
+        if sliding_window is not None:
+            c.sliding_window = int(sliding_window)
         if kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype {kv_dtype!r}: the Python model runs {', '.join(KV_DTYPES)}")
         self.layout = kvtier.Layout(c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
