@@ -222,6 +222,20 @@ def test_curve_authentication(kvtierd_factory, tmp_path):
     with pytest.raises(kvtier.Unauthenticated, match="unknown tenant or bad token"):
         kvtier.Client(d.endpoint, tenant="team-a", timeout_ms=3000,
                       curve_keys=(server_pub, stranger_pub, stranger_sec))
+    # kvtierctl as that tenant, with the pair as curve-keygen prints it.
+    import subprocess
+    from conftest import BUILD_DIR
+    keys = tmp_path / "team-a.keys"
+    keys.write_text(f"public {team_pub}\nsecret {team_sec}\n")
+    keys.chmod(0o600)
+    ctl = os.path.join(BUILD_DIR, "tools", "kvtierctl")
+    r = subprocess.run([ctl, f"--endpoint={d.endpoint}", "--tenant=team-a",
+                        f"--curve_server_key={server_pub}", f"--curve_keys_file={keys}", "ping"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([ctl, f"--endpoint={d.endpoint}", f"--curve_server_key={server_pub}",
+                        "ping"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "--curve_keys_file" in r.stderr, r.stderr
     # PLAIN against a CURVE daemon: a clear error, not a timeout.
     with pytest.raises(kvtier.Error, match="different security mechanisms"):
         kvtier.Client(d.endpoint, tenant="team-a", token="secret-aaaa", timeout_ms=3000)

@@ -24,6 +24,7 @@ struct Options {
   std::string tier;         // evict: "", hbm, host, nvme
   uint64_t pages = 0;       // evict
   bool all = false;         // evict
+  std::string curve_error;  // the CURVE flags are incomplete: why
 };
 
 // Exit codes.

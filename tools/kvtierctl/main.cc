@@ -22,6 +22,8 @@
 ABSL_FLAG(std::string, endpoint, "", "daemon endpoint (default: $KVTIER_ENDPOINT, else the default ipc socket)");
 ABSL_FLAG(std::string, tenant, "", "tenant to authenticate as (default: $KVTIER_TENANT, else 'default')");
 ABSL_FLAG(std::string, token, "", "tenant token (default: $KVTIER_TOKEN); admin commands need an admin tenant's token");
+ABSL_FLAG(std::string, curve_server_key, "", "a CURVE daemon (--curve_secret_key_file): its public key, Z85 (default: $KVTIER_CURVE_SERVER_KEY)");
+ABSL_FLAG(std::string, curve_keys_file, "", "with --curve_server_key: the key pair of the tenant --tenant names, as `kvtierctl curve-keygen` prints it (\"public ...\" and \"secret ...\" lines; default: $KVTIER_CURVE_KEYS_FILE)");
 ABSL_FLAG(bool, json, false, "print JSON instead of tables");
 ABSL_FLAG(int, timeout_ms, 2000, "how long to wait for the daemon");
 ABSL_FLAG(int, admin_timeout_ms, 600000, "how long evict and flush may take");
@@ -40,12 +42,35 @@ std::string FlagOrEnv(const std::string& flag, const char* env, const std::strin
   return v != nullptr && *v != '\0' ? v : fallback;
 }
 
+// The "public <key>" and "secret <key>" lines of `kvtierctl curve-keygen`.
+bool ReadCurveKeys(const std::string& path, std::string* pub, std::string* sec) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return false;
+  char line[256];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    std::string l(line);
+    while (!l.empty() && (l.back() == '\n' || l.back() == '\r' || l.back() == ' ')) l.pop_back();
+    if (l.rfind("public ", 0) == 0) *pub = l.substr(7);
+    if (l.rfind("secret ", 0) == 0) *sec = l.substr(7);
+  }
+  std::fclose(f);
+  return !pub->empty() && !sec->empty();
+}
+
 kvtier::ctl::Options OptionsFromFlags(const std::string& cmd) {
   kvtier::ctl::Options o;
   o.client.endpoint = FlagOrEnv(absl::GetFlag(FLAGS_endpoint), "KVTIER_ENDPOINT", "");
   o.client.tenant = FlagOrEnv(absl::GetFlag(FLAGS_tenant), "KVTIER_TENANT", "default");
   o.client.token = FlagOrEnv(absl::GetFlag(FLAGS_token), "KVTIER_TOKEN", "");
   o.client.client_name = "kvtierctl " + cmd;
+  o.client.curve_server_key =
+      FlagOrEnv(absl::GetFlag(FLAGS_curve_server_key), "KVTIER_CURVE_SERVER_KEY", "");
+  const std::string keys =
+      FlagOrEnv(absl::GetFlag(FLAGS_curve_keys_file), "KVTIER_CURVE_KEYS_FILE", "");
+  if (!o.client.curve_server_key.empty() &&
+      !ReadCurveKeys(keys, &o.client.curve_public_key, &o.client.curve_secret_key))
+    o.curve_error = "--curve_server_key needs --curve_keys_file with the tenant's \"public\" and "
+                    "\"secret\" lines (kvtierctl curve-keygen)";
   const bool slow = cmd == "evict" || cmd == "flush";
   o.client.timeout = std::chrono::milliseconds(
       absl::GetFlag(slow ? FLAGS_admin_timeout_ms : FLAGS_timeout_ms));
@@ -75,6 +100,7 @@ int main(int argc, char** argv) {
   if (args.size() > 1) return kvtier::ctl::Fail("one command at a time", kvtier::ctl::kUsage);
   const std::string cmd = args.empty() ? "stats" : args[0];
   const kvtier::ctl::Options o = OptionsFromFlags(cmd);
+  if (!o.curve_error.empty()) return kvtier::ctl::Fail(o.curve_error, kvtier::ctl::kUsage);
   if (cmd == "curve-keygen") {
     // For --curve_secret_key_file (the daemon's) and curve_public_key (a
     // tenant's, in the tenants file): libzmq makes the pair.
