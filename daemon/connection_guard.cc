@@ -250,7 +250,11 @@ void ConnectionGuard::Impl::Accepted(int fd) {
   if (mine >= static_cast<size_t>(config.max_unauthenticated_per_peer) ||
       unauth_total >= static_cast<size_t>(config.max_unauthenticated)) {
     // libzmq owns the fd: shut it down (never close it), and libzmq closes
-    // the connection as it sees the end of the stream.
+    // the connection as it sees the end of the stream. The event comes
+    // after the accept, so in the rare case that libzmq has closed this fd
+    // already and accepted another connection on the same number, that one
+    // is shut instead: a libzmq client reconnects 100 ms later, and the
+    // count stays right (its own ACCEPTED event follows).
     shutdown(fd, SHUT_RDWR);
     refused_unauthenticated.fetch_add(1);
     LogRefusal(absl::StrCat(
