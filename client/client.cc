@@ -60,6 +60,17 @@ absl::string_view TierKindName(TierKind t) {
   return "?";
 }
 
+static PutResult ToPutResult(const wire::PutReply& pr) {
+  PutResult out{pr.stored(), pr.deduplicated(), pr.not_stored(), pr.not_stored_reason(), {}, 0};
+  for (char c : pr.page_status()) {
+    const auto v = static_cast<uint8_t>(c);
+    out.pages.push_back(v <= 4 ? static_cast<PutPageStatus>(v) : PutPageStatus::kNoRoom);
+  }
+  if (!pr.page_status().empty()) out.leading_kept = pr.leading_kept();
+  else if (pr.not_stored() == 0) out.leading_kept = pr.stored() + pr.deduplicated();
+  return out;
+}
+
 struct Client::Impl {
   zmq::context_t ctx{1};
   zmq::socket_t socket{ctx, zmq::socket_type::dealer};
@@ -380,8 +391,7 @@ absl::StatusOr<PutResult> Client::Put(absl::Span<const PageKey> keys, const Page
   p->set_buffer_id(buffer);
   p->mutable_offsets()->Add(offsets.begin(), offsets.end());
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
-  const auto& pr = r.response.put();
-  return PutResult{pr.stored(), pr.deduplicated(), pr.not_stored(), pr.not_stored_reason()};
+  return ToPutResult(r.response.put());
 }
 
 absl::StatusOr<std::vector<std::string>> Client::GetInline(absl::Span<const PageKey> keys) {
@@ -406,8 +416,7 @@ absl::StatusOr<PutResult> Client::PutInline(absl::Span<const PageKey> keys, cons
   p->set_keys(PackKeys(keys));
   p->set_parent(std::string(reinterpret_cast<const char*>(parent.bytes.data()), kPageKeyBytes));
   ASSIGN_OR_RETURN(auto r, impl_->Call(req, pages));
-  const auto& pr = r.response.put();
-  return PutResult{pr.stored(), pr.deduplicated(), pr.not_stored(), pr.not_stored_reason()};
+  return ToPutResult(r.response.put());
 }
 
 absl::StatusOr<uint32_t> Client::Delete(absl::Span<const PageKey> keys) {

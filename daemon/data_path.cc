@@ -115,18 +115,24 @@ absl::StatusOr<std::shared_ptr<PutTransfer>> DataPath::PlanPut(
   t->offsets = std::move(offsets);
   t->pages = std::move(pages);
   t->page_bytes = page_bytes;
+  t->status.assign(keys.size(), wire::PUT_PAGE_NO_ROOM);
   for (size_t i = 0; i < keys.size(); ++i) {
     auto r = store_->Reserve(ns, keys[i], i == 0 ? parent : keys[i - 1], page_bytes);
     if (!r.ok()) {
       if (!absl::IsResourceExhausted(r.status())) return r.status();
-      // A chain is useless past a missing page: stop here.
+      // A chain is useless past a missing page: stop here (the rest stay
+      // PUT_PAGE_NO_ROOM).
       t->not_stored = static_cast<uint32_t>(keys.size() - i);
       t->not_stored_reason = std::string(r.status().message());
       break;
     }
     if (r->outcome == tiers::PutOutcome::kDeduplicated) {
       ++t->deduplicated;
-      if (r->in_flight != nullptr) t->in_flight.push_back(std::move(r->in_flight));
+      t->status[i] = wire::PUT_PAGE_DEDUPLICATED;
+      if (r->in_flight != nullptr) {
+        t->in_flight.push_back(std::move(r->in_flight));
+        t->in_flight_index.push_back(i);
+      }
       continue;
     }
     t->reservations.push_back(std::move(r->reservation));
@@ -162,18 +168,27 @@ absl::StatusOr<PutSummary> DataPath::FinishPut(PutTransfer& t) const {
   const tiers::CommitResult commit = tiers::Reservation::CommitAll(t.reservations);
   PutSummary out{static_cast<uint32_t>(commit.stored), t.deduplicated, t.not_stored,
                  t.not_stored_reason};
+  out.page_status = std::move(t.status);
+  for (size_t r = 0; r < t.key_index.size(); ++r)
+    out.page_status[t.key_index[r]] =
+        r < commit.stored_each.size() && commit.stored_each[r] ? wire::PUT_PAGE_STORED
+                                                                : wire::PUT_PAGE_NOT_DURABLE;
   if (commit.not_stored > 0) {
     spdlog::warn("PUT: {} page(s) not stored: {}", commit.not_stored, commit.error.ToString());
     out.not_stored += static_cast<uint32_t>(commit.not_stored);
     out.not_stored_reason = std::string(commit.error.message());
   }
-  for (const std::shared_ptr<tiers::KeyInFlight>& other : t.in_flight) {
+  for (size_t f = 0; f < t.in_flight.size(); ++f) {
     bool stored = false;
-    if (other->WaitFor(kInFlightWait, &stored) && stored) continue;
+    if (t.in_flight[f]->WaitFor(kInFlightWait, &stored) && stored) continue;
     --out.deduplicated;
     ++out.not_stored;
+    out.page_status[t.in_flight_index[f]] = wire::PUT_PAGE_OTHER_PUT_FAILED;
     out.not_stored_reason = "another PUT of the page, in flight at the same time, did not store it";
   }
+  while (out.leading_kept < out.page_status.size() &&
+         out.page_status[out.leading_kept] <= wire::PUT_PAGE_DEDUPLICATED)
+    ++out.leading_kept;
   return out;
 }
 

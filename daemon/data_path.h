@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "daemon/client_buffer.h"
 #include "daemon/copy_engine.h"
+#include "kvtier.pb.h"
 #include "kvtier/page_key.h"
 #include "prefetch/prefetcher.h"
 #include "tiers/hbm/hbm_tier.h"
@@ -49,6 +50,10 @@ struct PutTransfer {
   // Keys deduplicated against another PUT still storing them: counted as
   // deduplicated only once that PUT has (FinishPut waits for it).
   std::vector<std::shared_ptr<tiers::KeyInFlight>> in_flight;
+  std::vector<size_t> in_flight_index;  // key of each in_flight entry
+  // Per key, what became of it (wire::PutPageStatus); reserved keys are
+  // settled by FinishPut.
+  std::vector<uint8_t> status;
   std::atomic<bool> fault{false};
   FirstError error;
   const uint8_t* Source(size_t key) const {
@@ -60,6 +65,8 @@ struct PutTransfer {
 struct PutSummary {
   uint32_t stored = 0, deduplicated = 0, not_stored = 0;
   std::string not_stored_reason;
+  std::vector<uint8_t> page_status;  // per key, wire::PutPageStatus
+  uint32_t leading_kept = 0;         // leading keys stored or deduplicated
 };
 
 class DataPath {

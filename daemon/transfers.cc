@@ -103,6 +103,8 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
     pr->set_deduplicated(done->deduplicated);
     pr->set_not_stored(done->not_stored);
     if (done->not_stored > 0) pr->set_not_stored_reason(done->not_stored_reason);
+    pr->set_page_status(std::string(done->page_status.begin(), done->page_status.end()));
+    pr->set_leading_kept(done->leading_kept);
     return ReplyFrames(routing_id, std::move(reply));
   });
   return absl::OkStatus();

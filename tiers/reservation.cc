@@ -372,6 +372,7 @@ bool Reservation::Commit() {
 
 CommitResult Reservation::CommitAll(std::vector<Reservation>& rs) {
   CommitResult result;
+  result.stored_each.assign(rs.size(), false);
   auto refuse = [&result](Reservation& r, absl::Status why) {
     ++result.not_stored;
     if (result.error.ok()) result.error = std::move(why);
@@ -409,7 +410,8 @@ CommitResult Reservation::CommitAll(std::vector<Reservation>& rs) {
   // itself there (leaf-first eviction needs the count)...
   std::vector<std::pair<NamespaceId, PageKey>> published;
   TierManager* mgr = nullptr;
-  for (Reservation& r : rs) {
+  for (size_t i = 0; i < rs.size(); ++i) {
+    Reservation& r = rs[i];
     if (r.mgr_ == nullptr) continue;
     Slot unused;
     if (!persisted.ok() && r.DurableTier(&unused) != nullptr) {
@@ -422,6 +424,7 @@ CommitResult Reservation::CommitAll(std::vector<Reservation>& rs) {
     published.emplace_back(r.ns_, r.key_);
     r.Publish();
     ++result.stored;
+    result.stored_each[i] = true;
   }
   // ...then recency tail-first: a chain's ancestors end up more recent than
   // its descendants.

@@ -106,6 +106,7 @@ struct CommitResult {
   size_t stored = 0;      // published
   size_t not_stored = 0;  // refused: the durable copy failed (or never filled)
   absl::Status error;     // the first reason, when not_stored > 0
+  std::vector<bool> stored_each;  // per reservation, in order: published
 };
 
 // A pinned, readable page. While alive the page is never evicted or freed

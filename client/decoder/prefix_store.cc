@@ -174,7 +174,8 @@ absl::StatusOr<PutResult> PrefixStore::Publish(SeqId seq, absl::Span<const uint3
   for (size_t i = done; i < full; ++i) offsets.push_back(cache_.PageOffset(table[i]));
   const PageKey parent = done == 0 ? root_ : keys[done - 1];
   ASSIGN_OR_RETURN(total, client_->Put(absl::MakeConstSpan(keys).subspan(done), parent, buffer_, offsets));
-  keys.resize(done + total.stored + total.deduplicated);
+  // Only the leading pages kept: a page may fail anywhere in the chain.
+  keys.resize(done + total.leading_kept);
   pub.keys = std::move(keys);
   return total;
 }

@@ -26,6 +26,7 @@ namespace {
 constexpr uint64_t kPage = kSmallPageBytes;
 constexpr char kTenants[] = R"({"tenants": [
   {"name": "alice", "token": "alice-secret-1"},
+  {"name": "tiny", "token": "tiny-secret-1", "quota": {"host": "192KiB"}},
   {"name": "ops", "token": "ops-secret-333", "admin": true}]})";
 
 struct Reply {
@@ -334,6 +335,40 @@ TEST_F(BadInputTest, BadTokenAndUnknownTenant) {
                     "authenticated as 'alice'");
   EXPECT_WIRE_ERROR(other.Hello("", "x"), INVALID_ARGUMENT, "tenant name");
   EXPECT_TRUE(other.session().empty());
+}
+
+// PutReply.page_status (docs/PROTOCOL.md): one byte per key, what became of
+// it; leading_kept: the leading keys a caller may count on.
+TEST_F(BadInputTest, PutReplySaysWhatBecameOfEachPage) {
+  auto fresh = MakeChain(SmallLayout(), 4242, 2);
+  // ref_keys_[0..1] are stored: a chain of them and two new pages.
+  std::vector<PageKey> chain = {ref_keys_[0], ref_keys_[1], fresh[0], fresh[1]};
+  std::vector<std::string> pages;
+  for (const auto& k : chain) pages.push_back(PatternPage(k, kPage));
+  auto r = peer_->Call(PutReq(chain, 0, {}), pages);
+  EXPECT_WIRE_OK(r);
+  const wire::PutReply& pr = r->response.put();
+  EXPECT_EQ(pr.page_status(), std::string({'\x01', '\x01', '\x00', '\x00'}));
+  EXPECT_EQ(pr.leading_kept(), 4u);
+  EXPECT_EQ(pr.stored(), 2u);
+  EXPECT_EQ(pr.deduplicated(), 2u);
+  // A tenant with room for 3 pages: the chain is cut at the 4th.
+  ClientOptions o = itest::Options(daemon_->endpoint(), "tiny", "tiny-secret-1");
+  o.layout = SmallLayout();
+  auto tiny = Client::Connect(o);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  auto five = MakeChain(SmallLayout(), 777, 5);
+  std::vector<std::string> bytes;
+  for (const auto& k : five) bytes.push_back(PatternPage(k, kPage));
+  std::vector<absl::string_view> views(bytes.begin(), bytes.end());
+  auto put = (*tiny)->PutInline(five, PageKey::Zero(), views);
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(put->pages.size(), 5u);
+  EXPECT_EQ(put->leading_kept, put->stored);
+  EXPECT_GT(put->not_stored, 0u) << "192 KiB held five 64 KiB pages?";
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(put->pages[i], i < put->leading_kept ? PutPageStatus::kStored : PutPageStatus::kNoRoom)
+        << "page " << i;
 }
 
 TEST_F(BadInputTest, BadLayoutAtHello) {

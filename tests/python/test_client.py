@@ -258,3 +258,14 @@ def test_threads_share_one_client(client, arena):
     for i in range(4):
         assert client.get(keys[i], buffer_id, offsets(8 + i, 1)) == ["host"]
         assert np.array_equal(view[8 + i], view[i])
+
+
+def test_put_reports_each_page(client):
+    """PutResult.page_status and leading_kept (PutReply, docs/PROTOCOL.md)."""
+    keys = chain(4, seed=9)
+    pages = [bytes(p) for p in random_pages(4, seed=9)]
+    first = client.put_inline(keys[:2], pages[:2])
+    assert first.page_status == ["stored", "stored"] and first.leading_kept == 2
+    again = client.put_inline(keys, pages)
+    assert again.page_status == ["deduplicated", "deduplicated", "stored", "stored"]
+    assert again.leading_kept == 4 and "leading_kept=4" in repr(again)

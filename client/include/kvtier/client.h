@@ -70,11 +70,25 @@ struct LookupOptions {
   std::chrono::milliseconds lease{0};
 };
 
+// What became of one page of a PUT (PutReply.page_status).
+enum class PutPageStatus : uint8_t {
+  kStored = 0,
+  kDeduplicated = 1,     // already present
+  kNoRoom = 2,           // no room or quota, or the chain was cut before it
+  kNotDurable = 3,       // its durable copy failed
+  kOtherPutFailed = 4,   // another PUT of it, at the same time, did not store it
+};
+
 struct PutResult {
   uint32_t stored = 0;
   uint32_t deduplicated = 0;
-  uint32_t not_stored = 0;       // no room, or no durable copy: the chain was cut here
+  uint32_t not_stored = 0;       // pages not stored, anywhere in the chain (see pages)
   std::string not_stored_reason; // the daemon's reason, when not_stored > 0
+  // Per key, in order. Empty from a daemon older than per-page status.
+  std::vector<PutPageStatus> pages;
+  // Leading keys stored or deduplicated: the prefix a later GET can find.
+  // (From an older daemon: stored + deduplicated when nothing failed, else 0.)
+  uint32_t leading_kept = 0;
 };
 
 using BufferId = uint32_t;

@@ -35,10 +35,22 @@ void BindResults(py::module_& m) {
       .def_readonly("deduplicated", &PutResult::deduplicated)
       .def_readonly("not_stored", &PutResult::not_stored)
       .def_readonly("not_stored_reason", &PutResult::not_stored_reason)
+      // Per key: "stored", "deduplicated", "no_room", "not_durable",
+      // "other_put_failed" (empty from an older daemon).
+      .def_property_readonly("page_status",
+                             [](const PutResult& r) {
+                               static const char* kNames[] = {"stored", "deduplicated", "no_room",
+                                                              "not_durable", "other_put_failed"};
+                               std::vector<std::string> out;
+                               for (PutPageStatus s : r.pages)
+                                 out.push_back(kNames[static_cast<int>(s)]);
+                               return out;
+                             })
+      .def_readonly("leading_kept", &PutResult::leading_kept)
       .def("__repr__", [](const PutResult& r) {
         return absl::StrCat("PutResult(stored=", r.stored, ", deduplicated=", r.deduplicated,
-                            ", not_stored=", r.not_stored, ", not_stored_reason='",
-                            r.not_stored_reason, "')");
+                            ", not_stored=", r.not_stored, ", leading_kept=", r.leading_kept,
+                            ", not_stored_reason='", r.not_stored_reason, "')");
       });
   py::class_<PrefetchResult>(m, "PrefetchResult")
       .def_readonly("queued", &PrefetchResult::queued)

@@ -51,9 +51,11 @@ def put_chain(client, keys, buffer_id, offsets, parent=None):
         log.warning("kvtier PUT of %d pages failed: %s", len(keys), e)
         return 0
     if r.not_stored:
-        log.info("kvtier kept %d of %d pages: %s", r.stored + r.deduplicated, len(keys),
+        log.info("kvtier kept %d leading pages of %d: %s", r.leading_kept, len(keys),
                  r.not_stored_reason)
-    return r.stored + r.deduplicated
+    # Only the leading pages count: a page may fail anywhere in the chain
+    # (PutReply.page_status), and one past a gap can never be found.
+    return r.leading_kept
 
 
 class LeasedLookups:

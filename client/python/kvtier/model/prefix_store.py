@@ -163,7 +163,8 @@ class PrefixStore:
         parent = self.root if done == 0 else keys[done - 1]
         r = self.client.put(keys[done:full], self.buffer_id, offsets, parent=parent)
         out = PublishResult(r.stored, r.deduplicated, r.not_stored)
-        self._published[seq] = keys[:done + r.stored + r.deduplicated]
+        # Only the leading pages kept: a page may fail anywhere in the chain.
+        self._published[seq] = keys[:done + r.leading_kept]
         return out
 
     def forget(self, seq):
