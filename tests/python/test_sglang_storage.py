@@ -139,6 +139,25 @@ def test_batch_exists_counts_leading_pages_and_leases_them(kvtierd):
     assert all(torch.equal(page_bytes(pool, 9 + i), w) for i, w in enumerate(want))
 
 
+def test_clear_drops_the_tenants_pages_or_says_why_not(kvtierd):
+    """/clear_hicache_storage_backend calls clear(): the pages are gone after
+    it, or it raises; never a success that cleared nothing."""
+    pool = make_pool()
+    backend = create_backend(kvtierd, pool)
+    hashes = page_hashes(list(range(4 * PAGE)))
+    assert backup(backend, hashes, indices(range(4))) == 4
+    backend.clear()
+    assert backend.batch_exists(hashes) == 0
+    # Pages leased by batch_exists (until their GET) cannot be dropped:
+    # clear() says so instead of succeeding.
+    assert backup(backend, hashes, indices(range(4))) == 4
+    leasing = create_backend(kvtierd, pool, lease_ms=60000)
+    assert leasing.batch_exists(hashes[:2]) == 2
+    with pytest.raises(RuntimeError, match="pinned"):
+        leasing.clear()
+    assert leasing.batch_exists(hashes[:2]) == 2  # what stays is intact
+
+
 def test_a_page_missing_a_part_is_reported_and_not_counted(kvtierd):
     pool = make_pool()
     backend = create_backend(kvtierd, pool)

@@ -296,6 +296,22 @@ class KvtierStorage(HiCacheStorage):
             log.warning("kvtier LOOKUP failed: %s", e)
             return False
 
+    def clear(self) -> None:
+        """SGLang's /clear_hicache_storage_backend: drops every page of this
+        tenant from the daemon's store, in every tier (an EVICT of its own
+        namespace out of the store). Raises when the daemon refuses or when
+        pages stay (leased or being read: try again once their leases end),
+        so the endpoint never reports success for nothing. Records the tenant
+        published to a shared cache (--remote_seeds) are not removed: a
+        DELETE by key does that, and the cluster evicts the rest."""
+        r = self.client.evict("", None, 0)
+        if r["remaining"]:
+            raise RuntimeError(
+                f"kvtier: {r['remaining']} page parts of tenant {self.client.namespace!r} are "
+                f"pinned (leased or being read) and were not cleared ({r['evicted']} were); "
+                "clear again once their leases end")
+        log.info("kvtier: cleared %d page parts of tenant %r", r["evicted"], self.client.namespace)
+
     def close(self):
         if self.client is not None:
             self.client.close()
