@@ -23,6 +23,23 @@ class LeaseShareTest : public PrefetchTest {
                                       Bytes(kPage, i))
                       .ok());
   }
+  // Namespaces b and c beside ns_, each with a chain of `pages` (in RAM, or
+  // on NVMe), and the prefetcher started with a budget of `budget_pages`.
+  struct Three {
+    tiers::NamespaceId b = 0, c = 0;
+  };
+  Three StartThree(uint64_t pages, uint64_t budget_pages, bool on_nvme) {
+    Open(64);
+    Three t{tiers::testing::AddNs(*mgr_, "b"), tiers::testing::AddNs(*mgr_, "c")};
+    for (tiers::NamespaceId ns : {ns_, t.b, t.c}) {
+      if (on_nvme) PutOnNvmeFor(ns, pages);
+      else PutInRam(ns, pages);
+    }
+    PrefetcherConfig cfg = Config();
+    cfg.max_pinned_bytes = budget_pages * kPage;
+    StartPrefetcher(cfg);
+    return t;
+  }
   // As PutInRam, then every host page down to NVMe.
   void PutOnNvmeFor(tiers::NamespaceId ns, uint64_t n) {
     ASSERT_NO_FATAL_FAILURE(PutInRam(ns, n));
@@ -34,13 +51,8 @@ class LeaseShareTest : public PrefetchTest {
 // it. A third, c, still gets its share (12 / 3 = 4 pages) at once, taken from
 // the newest leases of a and b, whose chain heads stay held.
 TEST_F(LeaseShareTest, TwoNamespacesAtTheirCapsLeaveAThirdItsShare) {
-  Open(64);
-  const tiers::NamespaceId b = tiers::testing::AddNs(*mgr_, "b");
-  const tiers::NamespaceId c = tiers::testing::AddNs(*mgr_, "c");
-  for (tiers::NamespaceId ns : {ns_, b, c}) ASSERT_NO_FATAL_FAILURE(PutInRam(ns, 12));
-  PrefetcherConfig cfg = Config();
-  cfg.max_pinned_bytes = 12 * kPage;
-  StartPrefetcher(cfg);
+  const auto [b, c] = StartThree(12, 12, /*on_nvme=*/false);
+  ASSERT_FALSE(HasFatalFailure());
   const auto keys = Keys(0, 12);
   EXPECT_EQ(pf_->LeaseHits(ns_, keys, absl::Seconds(30)), 6u);
   EXPECT_EQ(pf_->LeaseHits(b, keys, absl::Seconds(30)), 6u);
@@ -67,13 +79,8 @@ TEST_F(LeaseShareTest, TwoNamespacesAtTheirCapsLeaveAThirdItsShare) {
 }
 
 TEST_F(LeaseShareTest, RevokedLeasesAreCounted) {
-  Open(64);
-  const tiers::NamespaceId b = tiers::testing::AddNs(*mgr_, "b");
-  const tiers::NamespaceId c = tiers::testing::AddNs(*mgr_, "c");
-  for (tiers::NamespaceId ns : {ns_, b, c}) ASSERT_NO_FATAL_FAILURE(PutInRam(ns, 12));
-  PrefetcherConfig cfg = Config();
-  cfg.max_pinned_bytes = 12 * kPage;
-  StartPrefetcher(cfg);
+  const auto [b, c] = StartThree(12, 12, /*on_nvme=*/false);
+  ASSERT_FALSE(HasFatalFailure());
   const auto keys = Keys(0, 12);
   pf_->LeaseHits(ns_, keys, absl::Seconds(30));
   pf_->LeaseHits(b, keys, absl::Seconds(30));
@@ -90,13 +97,8 @@ TEST_F(LeaseShareTest, RevokedLeasesAreCounted) {
 // prefetch leases, c's PREFETCH is admitted and leased promptly, not when
 // their 30 s leases end.
 TEST_F(LeaseShareTest, TwoNamespacesHoldingTheBudgetDoNotBlockAThirdsPrefetch) {
-  Open(64);
-  const tiers::NamespaceId b = tiers::testing::AddNs(*mgr_, "b");
-  const tiers::NamespaceId c = tiers::testing::AddNs(*mgr_, "c");
-  for (tiers::NamespaceId ns : {ns_, b, c}) ASSERT_NO_FATAL_FAILURE(PutOnNvmeFor(ns, 6));
-  PrefetcherConfig cfg = Config();
-  cfg.max_pinned_bytes = 6 * kPage;  // a tenant's cap: 3 pages
-  StartPrefetcher(cfg);
+  const auto [b, c] = StartThree(6, 6, /*on_nvme=*/true);  // a tenant's cap: 3 pages
+  ASSERT_FALSE(HasFatalFailure());
   pf_->Schedule(ns_, Keys(0, 6), HintFor());
   pf_->Schedule(b, Keys(0, 6), HintFor());
   ASSERT_TRUE(WaitFor([&] { return pf_->counters().leased_pages == 6; }));
