@@ -14,8 +14,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
-#include <deque>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -37,6 +38,9 @@ constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
 struct PeerId {
   std::string key;
   int64_t pid = 0;
+  std::string Label() const {
+    return pid != 0 ? absl::StrCat(key, " (pid ", pid, ")") : key;
+  }
 };
 
 PeerId PeerOfFd(int fd) {
@@ -121,7 +125,6 @@ struct ConnectionGuard::Impl {
   void Accepted(int fd);
   void Disconnected(int fd);
   void MarkAuthenticated(const PeerId& peer);
-  size_t& Unauthenticated(const std::string& key) { return unauth_by_peer[key]; }
   void DropUnauthenticated(const Conn& c);
   // A refusal, logged at most ~10 times a second (a flood must not flood the
   // log), with how many were not logged since.
@@ -147,8 +150,6 @@ struct ConnectionGuard::Impl {
   int logged_in_window = 0;
   uint64_t suppressed = 0;
 
-  std::atomic<uint64_t> accepted{0}, authenticated{0}, refused_credentials{0};
-  std::atomic<uint64_t> refused_unauthenticated{0}, handshake_failed{0}, unauth_now{0};
 };
 
 absl::StatusOr<std::unique_ptr<ConnectionGuard>> ConnectionGuard::Start(
@@ -165,9 +166,7 @@ absl::StatusOr<std::unique_ptr<ConnectionGuard>> ConnectionGuard::Start(
   }
   impl->monitor_endpoint = absl::StrCat("inproc://kvtier-guard-monitor-", seq++);
   if (zmq_socket_monitor(router.handle(), impl->monitor_endpoint.c_str(),
-                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0)
     return absl::InternalError(absl::StrCat("zmq_socket_monitor: ", zmq_strerror(zmq_errno())));
   impl->monitor.set(zmq::sockopt::linger, 0);
   impl->monitor.connect(impl->monitor_endpoint);
@@ -181,17 +180,6 @@ ConnectionGuard::ConnectionGuard(std::unique_ptr<Impl> impl) : impl_(std::move(i
 ConnectionGuard::~ConnectionGuard() {
   impl_->stop.store(true);
   impl_->thread.join();
-}
-
-ConnectionGuardCounters ConnectionGuard::counters() const {
-  ConnectionGuardCounters c;
-  c.accepted = impl_->accepted.load();
-  c.authenticated = impl_->authenticated.load();
-  c.refused_credentials = impl_->refused_credentials.load();
-  c.refused_unauthenticated = impl_->refused_unauthenticated.load();
-  c.handshake_failed = impl_->handshake_failed.load();
-  c.unauthenticated_now = impl_->unauth_now.load();
-  return c;
 }
 
 void ConnectionGuard::Impl::Loop() {
@@ -231,12 +219,11 @@ void ConnectionGuard::Impl::OnMonitorEvent() {
   switch (id) {
     case ZMQ_EVENT_ACCEPTED: Accepted(static_cast<int>(value)); break;
     case ZMQ_EVENT_DISCONNECTED: Disconnected(static_cast<int>(value)); break;
-    default: handshake_failed.fetch_add(1); break;  // the DISCONNECTED follows
+    default: break;
   }
 }
 
 void ConnectionGuard::Impl::Accepted(int fd) {
-  accepted.fetch_add(1);
   Conn c;
   c.peer = PeerOfFd(fd);
   c.accepted = absl::Now();
@@ -246,7 +233,8 @@ void ConnectionGuard::Impl::Accepted(int fd) {
     conns[fd] = std::move(c);
     return;
   }
-  size_t& mine = Unauthenticated(c.peer.key);
+  auto known = unauth_by_peer.find(c.peer.key);
+  const size_t mine = known == unauth_by_peer.end() ? 0 : known->second;
   if (mine >= static_cast<size_t>(config.max_unauthenticated_per_peer) ||
       unauth_total >= static_cast<size_t>(config.max_unauthenticated)) {
     // libzmq owns the fd: shut it down (never close it), and libzmq closes
@@ -256,10 +244,8 @@ void ConnectionGuard::Impl::Accepted(int fd) {
     // is shut instead: a libzmq client reconnects 100 ms later, and the
     // count stays right (its own ACCEPTED event follows).
     shutdown(fd, SHUT_RDWR);
-    refused_unauthenticated.fetch_add(1);
     LogRefusal(absl::StrCat(
-        "refused a connection from ", c.peer.key,
-        c.peer.pid ? absl::StrCat(" (pid ", c.peer.pid, ")") : "", ": ", mine,
+        "refused a connection from ", c.peer.Label(), ": ", mine,
         " of its connections and ", unauth_total,
         " in all have not authenticated yet (limits: ", config.max_unauthenticated_per_peer,
         " per peer, ", config.max_unauthenticated, " in all)"));
@@ -267,9 +253,8 @@ void ConnectionGuard::Impl::Accepted(int fd) {
     conns[fd] = std::move(c);
     return;
   }
-  ++mine;
+  ++unauth_by_peer[c.peer.key];
   ++unauth_total;
-  unauth_now.store(unauth_total);
   conns[fd] = std::move(c);
 }
 
@@ -277,7 +262,6 @@ void ConnectionGuard::Impl::DropUnauthenticated(const Conn& c) {
   auto it = unauth_by_peer.find(c.peer.key);
   if (it != unauth_by_peer.end() && --it->second == 0) unauth_by_peer.erase(it);
   --unauth_total;
-  unauth_now.store(unauth_total);
 }
 
 void ConnectionGuard::Impl::Disconnected(int fd) {
@@ -288,8 +272,7 @@ void ConnectionGuard::Impl::Disconnected(int fd) {
     if (!c.refused) {
       DropUnauthenticated(c);
       LogRefusal(absl::StrCat(
-          "closed a connection from ", c.peer.key,
-          c.peer.pid ? absl::StrCat(" (pid ", c.peer.pid, ")") : "", " after ",
+          "closed a connection from ", c.peer.Label(), " after ",
           absl::ToInt64Milliseconds(absl::Now() - c.accepted),
           " ms without authentication (no or wrong credentials, a client older than this "
           "daemon, or --handshake_timeout_ms)"));
@@ -330,7 +313,6 @@ void ConnectionGuard::Impl::OnZapRequest() {
   const std::string request_id = text(1), domain = text(2), address = text(3),
                     mechanism = text(5);
   const PeerId peer = PeerOfZapAddress(address);
-  const std::string who = absl::StrCat(peer.key, peer.pid ? absl::StrCat(" (pid ", peer.pid, ")") : "");
   std::string user, refusal;
   if (text(0) != "1.0" || frames.size() < 6) {
     refusal = "a malformed ZAP request";
@@ -349,11 +331,9 @@ void ConnectionGuard::Impl::OnZapRequest() {
     refusal = absl::StrCat("mechanism ", LogSafe(mechanism));
   }
   if (refusal.empty()) {
-    authenticated.fetch_add(1);
     MarkAuthenticated(peer);
   } else {
-    refused_credentials.fetch_add(1);
-    LogRefusal(absl::StrCat("refused the handshake of ", who, ": ", refusal));
+    LogRefusal(absl::StrCat("refused the handshake of ", peer.Label(), ": ", refusal));
   }
   const bool ok = refusal.empty();
   const std::string status = ok ? "200" : "400";

@@ -17,15 +17,12 @@
 // connections go away it gives what the allocator kept back to the system
 // (malloc_trim), so a flood leaves the daemon's RSS where it was.
 //
-// Everything runs on the guard's own thread; the frontend only reads
-// counters.
+// Everything runs on the guard's own thread.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -43,14 +40,6 @@ struct ConnectionGuardConfig {
   absl::flat_hash_map<std::string, std::string> curve_tenant_by_key;
 };
 
-struct ConnectionGuardCounters {
-  uint64_t accepted = 0;          // connections accepted
-  uint64_t authenticated = 0;     // handshakes the guard allowed
-  uint64_t refused_credentials = 0;  // wrong tenant, token or key
-  uint64_t refused_unauthenticated = 0;  // shut at accept: too many unauthenticated
-  uint64_t handshake_failed = 0;  // timed out, wrong mechanism, protocol error
-  uint64_t unauthenticated_now = 0;
-};
 
 // The daemon's CURVE secret key from `path`: a regular file of mode 0600 (or
 // stricter) holding the Z85 key (40 characters; surrounding space ignored).
@@ -73,8 +62,6 @@ class ConnectionGuard {
   ~ConnectionGuard();  // stops the thread
   ConnectionGuard(const ConnectionGuard&) = delete;
   ConnectionGuard& operator=(const ConnectionGuard&) = delete;
-
-  ConnectionGuardCounters counters() const;
 
  private:
   struct Impl;
