@@ -146,6 +146,7 @@ struct ConnectionGuard::Impl {
   absl::flat_hash_map<std::string, size_t> early_auth;
   bool trim_due = false;
   absl::Time last_trim = absl::InfinitePast();
+  absl::Time last_close = absl::InfinitePast();  // of an unauthenticated connection
   absl::Time log_window = absl::InfinitePast();
   int logged_in_window = 0;
   uint64_t suppressed = 0;
@@ -195,9 +196,13 @@ void ConnectionGuard::Impl::Loop() {
       spdlog::warn("connection guard: {}", e.what());
     }
     // Give back what unauthenticated connections made the allocator keep
-    // (libzmq's handshake buffers), at most once a second.
+    // (libzmq's handshake buffers): at most once a second, and only once
+    // none closed for 250 ms, since libzmq frees a connection's buffers
+    // just after it reports the connection closed (a trim right at the
+    // event would miss the last connection's frame).
     const absl::Time now = absl::Now();
-    if (trim_due && now - last_trim >= absl::Seconds(1)) {
+    if (trim_due && now - last_trim >= absl::Seconds(1) &&
+        now - last_close >= absl::Milliseconds(250)) {
       malloc_trim(0);
       trim_due = false;
       last_trim = now;
@@ -278,6 +283,7 @@ void ConnectionGuard::Impl::Disconnected(int fd) {
           "daemon, or --handshake_timeout_ms)"));
     }
     trim_due = true;
+    last_close = absl::Now();
   }
   conns.erase(it);
 }
