@@ -76,9 +76,15 @@ uint32_t Prefetcher::LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> 
   lease = std::min(lease, max_lease_);
   std::vector<tiers::PagePin> release;  // declared first: dropped after the unlocks
   uint32_t hits = 0, leased_keys = 0;
+  // The namespace's share, once per call rather than once per key (it scans
+  // every active namespace): a tenant arriving meanwhile gets its share from
+  // the revocation below, so a share a few keys old costs no one.
+  uint64_t share = 0;
   {
     absl::MutexLock lock(&mu_);
-    MarkActiveLocked(ns, absl::Now());
+    const absl::Time now = absl::Now();
+    MarkActiveLocked(ns, now);
+    share = ShareLocked(ns, now);
   }
   for (const PageKey& key : keys) {
     const JobId id{ns, key};
@@ -119,7 +125,7 @@ uint32_t Prefetcher::LeaseHits(tiers::NamespaceId ns, absl::Span<const PageKey> 
       continue;
     }
     const uint64_t bytes = hold->bytes();
-    const bool over_share = LeasedLocked(ns) + bytes > ShareLocked(ns, now);
+    const bool over_share = LeasedLocked(ns) + bytes > share;
     // Within its share but the budget is full: take the excess back from
     // the namespaces over their (shrunk) shares first.
     if (over_share || (pinned_bytes_ + bytes > max_pinned_bytes_ &&
