@@ -109,6 +109,44 @@ TEST_F(RedisClusterTest, GetCappedReadsAtMostMaxPlusOneByte) {
   for (const auto& d : client_->MultiDelete(keys)) EXPECT_TRUE(d.ok());
 }
 
+// Values of a page's size are read straight off the socket (past hiredis's
+// buffer), smaller ones by hiredis: one pipeline on one node (a hash tag)
+// that alternates both kinds, sizes just around the switch (16 KiB) and
+// missing keys between them, must come back byte for byte and in order.
+TEST_F(RedisClusterTest, GetCappedMixesDirectAndBufferedRepliesInOnePipeline) {
+  constexpr uint64_t kMax = 2 << 20;
+  const std::vector<size_t> sizes = {1 << 20, 7,          (16 << 10) - 1, 16 << 10, 0,
+                                     (16 << 10) + 1, 300, 2 << 20,        1,        (1 << 20) + 3};
+  std::vector<std::string> keys, values;
+  std::vector<KeyValue> kvs;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      keys.push_back(absl::StrCat("{mix}", round, "-", i));
+      values.push_back(RandomBytes(sizes[i], 100 + round * 16 + i));
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i)  // views, taken once the vectors stopped growing
+    if (!values[i].empty()) kvs.push_back({keys[i], values[i]});  // empty: never stored
+  for (const absl::Status& s : client_->MultiSet(kvs)) ASSERT_TRUE(s.ok()) << s;
+  for (int pass = 0; pass < 2; ++pass) {  // the second reuses the grown buffers
+    std::vector<int> calls(keys.size(), 0);
+    client_->VisitGetCapped(keys, kMax,
+                            [&](size_t i, absl::StatusOr<std::optional<absl::string_view>> v) {
+                              ++calls[i];
+                              ASSERT_TRUE(v.ok()) << v.status();
+                              if (values[i].empty()) {
+                                EXPECT_FALSE(v->has_value()) << "key " << i;
+                                return;
+                              }
+                              ASSERT_TRUE(v->has_value()) << "key " << i;
+                              EXPECT_EQ((*v)->size(), values[i].size()) << "key " << i;
+                              EXPECT_TRUE(**v == values[i]) << "key " << i << " differs";
+                            });
+    for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(calls[i], 1) << "key " << i;
+  }
+  for (const auto& d : client_->MultiDelete(keys)) EXPECT_TRUE(d.ok());
+}
+
 TEST(RedisClusterConfigTest, NodeBackoffIsValidated) {
   RedisClusterConfig config;
   config.seeds = {"127.0.0.1:7000"};

@@ -19,6 +19,7 @@ struct RedisCluster::Round {
   explicit Round(ReplyFn fn) : on_reply(fn) {}
   ReplyFn on_reply;
   absl::Span<const KeyCommand> cmds;
+  size_t direct_min = 0;  // Connection::ReadLarge's; 0: hiredis reads every reply
   std::vector<Route> todo;
   // Per node flushed: its connection and the routes in append order.
   std::vector<std::pair<Connection*, std::vector<const Route*>>> sent;
@@ -60,22 +61,26 @@ absl::Status ErrorReplyStatus(absl::string_view text, bool redirect, uint16_t sl
 }
 
 // The reply to a key's command. After ASKING, its +OK comes first and is
-// dropped (were it an error, the key's own reply says why).
-absl::StatusOr<ReplyPtr> ReadKeyReply(Connection& conn, bool asking) {
+// dropped (were it an error, the key's own reply says why). With
+// direct_min, a long string comes back in *bulk with a null reply.
+absl::StatusOr<ReplyPtr> ReadKeyReply(Connection& conn, bool asking, size_t direct_min,
+                                      absl::string_view* bulk) {
   if (asking) {
     absl::StatusOr<ReplyPtr> ok = conn.Read();
     if (!ok.ok()) return ok.status();
   }
-  return conn.Read();
+  return direct_min > 0 ? conn.ReadLarge(direct_min, bulk) : conn.Read();
 }
 
 }  // namespace
 
-void RedisCluster::RunBatch(absl::Span<const KeyCommand> cmds, ReplyFn on_reply) {
+void RedisCluster::RunBatch(absl::Span<const KeyCommand> cmds, ReplyFn on_reply,
+                            size_t direct_min) {
   if (NetworkIoForbiddenHere()) forbidden_io_.fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   Round round(on_reply);
   round.cmds = cmds;
+  round.direct_min = direct_min;
   RouteKeys(round);
   while (!round.todo.empty()) {
     SendRound(round);
@@ -159,25 +164,35 @@ void RedisCluster::ReadRound(Round& round) {
   for (auto& [conn, routes] : round.sent) {
     bool answered = true;
     for (size_t k = 0; k < routes.size(); ++k) {
-      absl::StatusOr<ReplyPtr> reply = ReadKeyReply(*conn, routes[k]->asking);
+      absl::string_view bulk;
+      absl::StatusOr<ReplyPtr> reply =
+          ReadKeyReply(*conn, routes[k]->asking, round.direct_min, &bulk);
       if (!reply.ok()) {
         // The connection is gone: this key and every later one on it fail.
         FailKeys(absl::MakeConstSpan(routes).subspan(k), reply.status(), round);
         answered = false;
         break;
       }
-      HandleReply(*routes[k], *std::move(reply), round);
+      if (*reply != nullptr) {
+        HandleReply(*routes[k], **reply, round);
+      } else {  // read straight into the connection's buffer: a string
+        redisReply string{};
+        string.type = REDIS_REPLY_STRING;
+        string.str = const_cast<char*>(bulk.data());
+        string.len = bulk.size();
+        HandleReply(*routes[k], string, round);
+      }
     }
     if (answered) MarkUp(conn->endpoint());  // a probe that passed clears the node
   }
 }
 
-void RedisCluster::HandleReply(const Route& route, ReplyPtr reply, Round& round) {
-  if (reply->type != REDIS_REPLY_ERROR) {
-    round.on_reply(route.index, reply.get());
+void RedisCluster::HandleReply(const Route& route, const redisReply& reply, Round& round) {
+  if (reply.type != REDIS_REPLY_ERROR) {
+    round.on_reply(route.index, &reply);
     return;
   }
-  const absl::string_view text(reply->str, reply->len);
+  const absl::string_view text(reply.str, reply.len);
   const std::string asked_host = ParseEndpoint(route.node).value_or(Endpoint{}).host;
   std::optional<Redirect> redirect = ParseRedirect(text, asked_host);
   if (redirect.has_value() && route.redirects < config_.max_redirects) {

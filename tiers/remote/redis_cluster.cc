@@ -13,6 +13,10 @@
 namespace kvtier::tiers::remote {
 namespace {
 
+// VisitGetCapped's values from this size up skip hiredis's buffers: pages
+// (tens of KiB and up) do; LOOKUP-sized answers never reach here.
+constexpr size_t kDirectReadMinBytes = 16 << 10;
+
 absl::Status UnexpectedReply(size_t index, const redisReply* reply) {
   return absl::InternalError(absl::StrCat("key #", index, ": unexpected reply type ", reply->type));
 }
@@ -88,11 +92,13 @@ void RedisCluster::VisitGetCapped(absl::Span<const std::string> keys, uint64_t m
   const std::string end_arg = absl::StrCat(end);
   std::vector<KeyCommand> cmds(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) cmds[i] = {{"GETRANGE", keys[i], "0", end_arg}, 4};
-  VisitValues(cmds, /*empty_is_absent=*/true, on_value);
+  // Values the size of pages are read straight off the socket; their bytes
+  // are copied once, by whoever the caller hands them to.
+  VisitValues(cmds, /*empty_is_absent=*/true, on_value, kDirectReadMinBytes);
 }
 
 void RedisCluster::VisitValues(absl::Span<const KeyCommand> cmds, bool empty_is_absent,
-                               ValueFn on_value) {
+                               ValueFn on_value, size_t direct_min) {
   RunBatch(cmds, [&](size_t i, absl::StatusOr<const redisReply*> r) {
     if (!r.ok()) {
       on_value(i, r.status());
@@ -104,7 +110,7 @@ void RedisCluster::VisitValues(absl::Span<const KeyCommand> cmds, bool empty_is_
     } else {
       on_value(i, UnexpectedReply(i, *r));
     }
-  });
+  }, direct_min);
 }
 
 std::vector<absl::Status> RedisCluster::MultiSet(absl::Span<const KeyValue> kvs,

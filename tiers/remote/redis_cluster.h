@@ -177,11 +177,13 @@ class RedisCluster {
   explicit RedisCluster(const RedisClusterConfig& config);
 
   // Runs `cmds`, calling `on_reply` exactly once per command, with its final
-  // reply (never a redirect) or its error.
-  void RunBatch(absl::Span<const KeyCommand> cmds, ReplyFn on_reply) ABSL_LOCKS_EXCLUDED(mu_);
-  // VisitGet's and VisitGetCapped's batch; `empty_is_absent` for GETRANGE.
-  void VisitValues(absl::Span<const KeyCommand> cmds, bool empty_is_absent, ValueFn on_value)
+  // reply (never a redirect) or its error. String replies of at least
+  // `direct_min` bytes (> 0) skip hiredis's copies (Connection::ReadLarge).
+  void RunBatch(absl::Span<const KeyCommand> cmds, ReplyFn on_reply, size_t direct_min = 0)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // VisitGet's and VisitGetCapped's batch; `empty_is_absent` for GETRANGE.
+  void VisitValues(absl::Span<const KeyCommand> cmds, bool empty_is_absent, ValueFn on_value,
+                   size_t direct_min = 0) ABSL_LOCKS_EXCLUDED(mu_);
   // Puts each key of the batch in round.todo, at its slot's master.
   void RouteKeys(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a key of `slots` is at a down master and no refresh ran in the
@@ -192,7 +194,7 @@ class RedisCluster {
   void SendRound(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads every flushed node's replies; redirected keys go to round.next.
   void ReadRound(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleReply(const Route& route, ReplyPtr reply, Round& round)
+  void HandleReply(const Route& route, const redisReply& reply, Round& round)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails `routes` (all at one node) with `why`; an I/O error marks it down.
   void FailKeys(absl::Span<const Route* const> routes, const absl::Status& why, Round& round)

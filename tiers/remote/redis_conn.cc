@@ -3,6 +3,7 @@
 #include "tiers/remote/redis_conn.h"
 
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -10,11 +11,14 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tiers/remote/cluster_map.h"
 
@@ -109,6 +113,11 @@ absl::Status Connection::Fail(absl::string_view what) {
   return error_;
 }
 
+absl::Status Connection::Fail(absl::string_view what, absl::string_view why) {
+  if (error_.ok()) error_ = absl::UnavailableError(absl::StrCat(endpoint_, ": ", what, ": ", why));
+  return error_;
+}
+
 void Connection::Append(absl::Span<const absl::string_view> argv) {
   if (broken()) return;
   // Key commands have at most 5 arguments: keep them off the heap.
@@ -139,6 +148,66 @@ absl::StatusOr<ReplyPtr> Connection::Read() {
   void* reply = nullptr;
   if (redisGetReply(ctx_, &reply) != REDIS_OK || reply == nullptr) return Fail("read");
   return ReplyPtr(static_cast<redisReply*>(reply));
+}
+
+absl::StatusOr<ReplyPtr> Connection::ReadLarge(size_t direct_min, absl::string_view* bulk) {
+  if (broken()) return error_;
+  redisReader* r = ctx_->reader;
+  // Only between replies: hiredis has no reply half parsed (ridx -1).
+  if (r->ridx != -1) return Read();
+  // The reply's first line, "$<length>\r\n", from what hiredis has buffered
+  // or reads now (it may read past the line: those bytes are copied below).
+  size_t line = 0;
+  for (;;) {
+    const char* p = r->buf + r->pos;
+    const size_t n = r->len - r->pos;
+    if (n > 0 && p[0] != '$') return Read();
+    const void* cr = n > 0 ? std::memchr(p, '\r', n) : nullptr;
+    if (cr != nullptr && static_cast<size_t>(static_cast<const char*>(cr) - p) + 1 < n) {
+      line = static_cast<size_t>(static_cast<const char*>(cr) - p);
+      break;
+    }
+    if (n > 24) return Read();  // no length line is that long: hiredis's error
+    if (redisBufferRead(ctx_) != REDIS_OK) return Fail("read");
+  }
+  const char* p = r->buf + r->pos;
+  int64_t length = 0;
+  if (p[line + 1] != '\n' || !absl::SimpleAtoi(absl::string_view(p + 1, line - 1), &length) ||
+      length < 0 || static_cast<uint64_t>(length) < direct_min)
+    return Read();  // nil, short, or malformed: hiredis parses (and judges) it
+  const size_t want = static_cast<size_t>(length) + 2;  // the string and its CRLF
+  if (direct_cap_ < want) {
+    direct_.reset(new char[want]);
+    direct_cap_ = want;
+  }
+  const size_t buffered = r->len - r->pos - (line + 2);
+  size_t got = std::min(want, buffered);
+  std::memcpy(direct_.get(), p + line + 2, got);
+  // Consume what was taken, as hiredis does after a parse (sdsrange, whose
+  // header declares it without C linkage under C++: moved by hand here).
+  r->pos += line + 2 + got;
+  const size_t left = r->len - r->pos;
+  std::memmove(r->buf, r->buf + r->pos, left);
+  r->buf[left] = '\0';
+  sdssetlen(r->buf, left);
+  r->pos = 0;
+  r->len = left;
+  // The rest straight off the socket (blocking, bounded by the command
+  // timeout hiredis set as SO_RCVTIMEO).
+  while (got < want) {
+    const ssize_t k = recv(ctx_->fd, direct_.get() + got, want - got, 0);
+    if (k > 0) {
+      got += static_cast<size_t>(k);
+    } else if (k == 0) {
+      return Fail("read", "server closed the connection");
+    } else if (errno != EINTR) {
+      return Fail("read", errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : strerror(errno));
+    }
+  }
+  if (direct_[want - 2] != '\r' || direct_[want - 1] != '\n')
+    return Fail("read", "bulk reply not ended by CRLF");
+  *bulk = absl::string_view(direct_.get(), static_cast<size_t>(length));
+  return ReplyPtr();
 }
 
 absl::StatusOr<ReplyPtr> Connection::Command(absl::Span<const absl::string_view> argv) {

@@ -49,6 +49,14 @@ class Connection {
   // The next reply, in Append order. A Redis error reply is a reply, not a
   // failed status; a failed status means the connection broke.
   absl::StatusOr<ReplyPtr> Read();
+  // Read, except that a bulk string reply of at least `direct_min` bytes is
+  // read from the socket straight into this connection's own buffer: the
+  // reply is then null and `*bulk` views the string, valid until the next
+  // call on this connection. hiredis reads 16 KiB at a time and copies each
+  // reply twice (into its buffer, then into the reply object); for 1 MiB
+  // pages those copies and 64 reads per page cost as much as the network.
+  // Any other reply (nil, error, short string) is Read's.
+  absl::StatusOr<ReplyPtr> ReadLarge(size_t direct_min, absl::string_view* bulk);
   // Append + Flush + Read of one command.
   absl::StatusOr<ReplyPtr> Command(absl::Span<const absl::string_view> argv);
 
@@ -58,10 +66,13 @@ class Connection {
  private:
   Connection(std::string endpoint, redisContext* ctx) : endpoint_(std::move(endpoint)), ctx_(ctx) {}
   absl::Status Fail(absl::string_view what);
+  absl::Status Fail(absl::string_view what, absl::string_view why);
 
   std::string endpoint_;
   redisContext* ctx_;
   absl::Status error_;
+  std::unique_ptr<char[]> direct_;  // ReadLarge's buffer, grown as needed
+  size_t direct_cap_ = 0;
 };
 
 }  // namespace kvtier::tiers::remote
