@@ -11,7 +11,9 @@
 #include "kvtier.pb.h"
 #include "kvtier/errors.h"
 #include "kvtier/paths.h"
+#include "kvtier/shm_buffer.h"
 #include "kvtier/status_macros.h"
+#include "buffer_handover.h"
 #include "zmq.hpp"
 
 namespace kvtier {
@@ -76,6 +78,7 @@ struct Client::Impl {
   zmq::socket_t socket{ctx, zmq::socket_type::dealer};
   std::string endpoint;
   std::string session_id;
+  std::string buffer_socket;  // HelloReply.buffer_socket: empty when none
   uint64_t next_id = 1;
   std::chrono::milliseconds timeout{10000};
   // Longest chain one LOOKUP may carry (HelloReply.max_keys_per_request).
@@ -287,6 +290,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   c->namespace_ = r.response.hello().namespace_();
   c->page_bytes_ = r.response.hello().page_bytes();
   c->layout_id_ = r.response.hello().layout_id();
+  c->impl_->buffer_socket = r.response.hello().buffer_socket();
   if (uint32_t m = r.response.hello().max_keys_per_request(); m > 0) c->impl_->max_chain_keys = m;
   return c;
 }
@@ -297,6 +301,37 @@ absl::StatusOr<BufferId> Client::RegisterBuffer(const std::string& shm_name, uin
   req.mutable_register_buffer()->set_size(size);
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
   return r.response.register_buffer().buffer_id();
+}
+
+bool Client::takes_buffer_fds() const { return !impl_->buffer_socket.empty(); }
+
+absl::StatusOr<BufferId> Client::RegisterBufferFd(int fd, uint64_t size, const std::string& label) {
+  if (impl_->buffer_socket.empty())
+    return absl::FailedPreconditionError(
+        "kvtierd takes no buffers by fd here (its HELLO named no buffer socket: it listens on "
+        "tcp only, or is older than 0.2); register the buffer by name");
+  ASSIGN_OR_RETURN(std::string ticket,
+                   client_internal::HandOverFd(impl_->buffer_socket, fd, impl_->timeout));
+  wire::Request req;
+  req.mutable_register_buffer()->set_shm_name(label);
+  req.mutable_register_buffer()->set_size(size);
+  req.mutable_register_buffer()->set_fd_ticket(ticket);
+  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
+  return r.response.register_buffer().buffer_id();
+}
+
+absl::StatusOr<BufferId> Client::RegisterBuffer(const ShmBuffer& buffer, uint64_t size) {
+  if (size == 0) size = buffer.size();
+  if (!takes_buffer_fds() || buffer.fd() < 0) return RegisterBuffer(buffer.name(), size);
+  absl::StatusOr<BufferId> id = RegisterBufferFd(buffer.fd(), size, buffer.name());
+  // Unreachable (e.g. another mount namespace than the daemon's): the name
+  // may still work. Any other answer is the daemon's and stands.
+  if (!absl::IsUnavailable(id.status())) return id;
+  absl::StatusOr<BufferId> by_name = RegisterBuffer(buffer.name(), size);
+  if (by_name.ok()) return by_name;
+  return absl::Status(by_name.status().code(),
+                      absl::StrCat(by_name.status().message(), " (and by fd: ",
+                                   id.status().message(), ")"));
 }
 
 absl::StatusOr<BufferId> Client::RegisterDeviceBuffer(DeviceBufferKind kind,

@@ -108,7 +108,7 @@ absl::StatusOr<BufferId> GpuArena::Register(Client& client) const {
       return client.RegisterDeviceBuffer(DeviceBufferKind::kEmulated, shm_->name(),
                                          device_, size_);
     default:
-      return client.RegisterBuffer(shm_->name(), size_);
+      return client.RegisterBuffer(*shm_, size_);
   }
 }
 

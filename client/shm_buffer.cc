@@ -30,16 +30,17 @@ absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(uint64_t size, std:
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int err = errno;
-  close(fd);
   if (p == MAP_FAILED) {
+    close(fd);
     shm_unlink(name.c_str());
     return absl::ResourceExhaustedError(absl::StrCat("mmap(", name, "): ", strerror(err)));
   }
-  return std::unique_ptr<ShmBuffer>(new ShmBuffer(name, static_cast<uint8_t*>(p), size));
+  return std::unique_ptr<ShmBuffer>(new ShmBuffer(name, fd, static_cast<uint8_t*>(p), size));
 }
 
 ShmBuffer::~ShmBuffer() {
   munmap(data_, size_);
+  close(fd_);
   shm_unlink(name_.c_str());
 }
 

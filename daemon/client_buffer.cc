@@ -23,30 +23,32 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::Map(const std::strin
     if (err == EACCES) return absl::PermissionDeniedError(msg);
     return absl::InvalidArgumentError(msg);
   }
+  absl::StatusOr<std::shared_ptr<ClientBuffer>> b = MapFd(fd, size, absl::StrCat("shm object '", name, "'"));
+  close(fd);
+  if (b.ok()) (*b)->name_ = name;
+  return b;
+}
+
+absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::MapFd(int fd, uint64_t size,
+                                                                  std::string label) {
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("shm object '", name, "' is not a regular file"));
-  }
-  if (static_cast<uint64_t>(st.st_size) < size) {
-    close(fd);
-    return absl::InvalidArgumentError(absl::StrCat("shm object '", name, "' is ", st.st_size,
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return absl::InvalidArgumentError(absl::StrCat(label, " is not a regular file"));
+  if (static_cast<uint64_t>(st.st_size) < size)
+    return absl::InvalidArgumentError(absl::StrCat(label, " is ", st.st_size,
                                                    " bytes, smaller than the registered size ",
                                                    size));
-  }
   // No MAP_POPULATE: REGISTER runs on the frontend, and populating a large
   // (or sparse, ftruncate'd) object would stall every tenant and fault in
   // memory the client never wrote. The BufferWarmer maps in the pages the
   // object holds, off the frontend, after REGISTER (buffer_warmer.h); a copy
   // that comes first faults in what it touches.
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int err = errno;
-  close(fd);
   if (p == MAP_FAILED)
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map shm object '", name, "' (", size, " bytes): ", strerror(err)));
-  return std::shared_ptr<ClientBuffer>(new ClientBuffer(name, static_cast<uint8_t*>(p), size,
-                                                        st.st_dev, st.st_ino));
+        absl::StrCat("cannot map ", label, " (", size, " bytes): ", strerror(errno)));
+  return std::shared_ptr<ClientBuffer>(new ClientBuffer(std::move(label), static_cast<uint8_t*>(p),
+                                                        size, st.st_dev, st.st_ino));
 }
 
 ClientBuffer::~ClientBuffer() {

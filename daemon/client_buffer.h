@@ -22,6 +22,11 @@ class ClientBuffer {
   // Maps `size` bytes of the shm object `name`. Errors: NotFound (no such
   // object), PermissionDenied, InvalidArgument (object smaller than `size`).
   static absl::StatusOr<std::shared_ptr<ClientBuffer>> Map(const std::string& name, uint64_t size);
+  // Maps `size` bytes of the memory object open as `fd` (handed over by a
+  // client: buffer_fd_inbox.h); the caller keeps and closes `fd`. `label`
+  // names it in errors. InvalidArgument when the object is smaller.
+  static absl::StatusOr<std::shared_ptr<ClientBuffer>> MapFd(int fd, uint64_t size,
+                                                             std::string label);
   // A client's GPU memory: `size` bytes of the allocation behind `handle`
   // (CUDA IPC handle, or the emulated device's shm name), mapped through
   // `device`. `label` names it in errors. Defined in device_transfers.cc.

@@ -71,6 +71,8 @@ struct DaemonConfig {
   void ApplyDefaults();
   absl::Status Validate() const;
   std::string IpcEndpoint() const { return "ipc://" + ipc_socket; }
+  // The Unix socket that takes buffers by fd, beside the ipc socket.
+  std::string BufferSocket() const { return ipc_socket + ".fds"; }
   // Mode of the ipc socket file: 0600 (this uid only) unless --socket_group
   // names a group, then 0660 with that group (one uid per tenant).
   std::string socket_group;

@@ -229,6 +229,15 @@ absl::Status Daemon::BindEndpoints() {
     spdlog::info("listening on {}", endpoints_.back());
   }
   if (group) RETURN_IF_ERROR(GiveToGroup(config_.ipc_socket, *group, 0660));
+  if (!config_.ipc_socket.empty()) {
+    // Beside the ipc socket, with its mode and group: whoever may connect
+    // may hand over buffers (buffer_fd_inbox.h).
+    BufferFdInboxConfig inbox;
+    inbox.path = config_.BufferSocket();
+    inbox.group = group;
+    ASSIGN_OR_RETURN(fd_inbox_, BufferFdInbox::Start(std::move(inbox)));
+    spdlog::info("buffers by file descriptor on {}", fd_inbox_->path());
+  }
   completion_endpoint_ = absl::StrCat("inproc://kvtier-completions-", g_daemon_seq++);
   completions_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::pull);
   completions_->set(zmq::sockopt::rcvhwm, 0);
@@ -357,7 +366,7 @@ void Daemon::OnRouterMessage() {
     RefuseOversized(routing_id, frames, count, total, known);
     return;
   }
-  from_ = Origin{std::move(user), ConnectionOf(fd), true};
+  from_ = Origin{std::move(user), ConnectionOf(fd), true, fd};
   Dispatch(routing_id, frames);
   from_ = Origin{};
   if (sessions_.HasPeer(routing_id)) peers_.Note(routing_id, fd);

@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/buffer_fd_inbox.h"
 #include "daemon/config.h"
 #include "daemon/connection_guard.h"
 #include "daemon/copy_engine.h"
@@ -93,6 +94,9 @@ class Daemon {
   // Handlers: return a reply, or nullopt when a copy job will send it.
   absl::StatusOr<Reply> HandleHello(const std::string& routing_id, const DecodedRequest& d);
   absl::StatusOr<Reply> HandleRegister(Session& s, const DecodedRequest& d);
+  // REGISTER_BUFFER with fd_ticket: the handed-over fd, if this connection's
+  // uid is the one that handed it over.
+  absl::StatusOr<std::shared_ptr<ClientBuffer>> MapHandedBuffer(const wire::RegisterBuffer& r);
   absl::StatusOr<Reply> HandleUnregister(Session& s, const DecodedRequest& d);
   // LOOKUP: one chain, or with Lookup.chain_lengths many; inline on the
   // frontend (metadata only), unless chains go on in the shared cache: then
@@ -195,6 +199,8 @@ class Daemon {
   std::unique_ptr<CopyEngine> engine_;
   // Maps registered buffers in after REGISTER (holds them weakly).
   std::unique_ptr<BufferWarmer> warmer_;
+  // Takes buffers by file descriptor beside the ipc socket (null without one).
+  std::unique_ptr<BufferFdInbox> fd_inbox_;
   std::vector<std::string> endpoints_;
   SessionTable sessions_;
   absl::flat_hash_map<std::string, tiers::NamespaceId> tenant_ns_;
@@ -228,6 +234,7 @@ class Daemon {
     std::string user;  // the tenant its connection authenticated as
     ConnectionId connection;
     bool wire = false;
+    int fd = -1;  // the connection's socket (ZMQ_SRCFD) while it is dispatched; -1: unknown
   };
   Origin from_;
   bool replied_ = false;  // set by SendReply: the request was answered inline

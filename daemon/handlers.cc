@@ -1,5 +1,7 @@
 // Request handlers. Each checks what only it can check (session state,
 // buffer bounds, page sizes) and either answers at once or submits a copy job.
+#include <sys/socket.h>
+
 #include <cstring>
 #include <type_traits>
 
@@ -85,14 +87,18 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleHello(const std::string& routing_id,
   hr->set_page_bytes(s.page_bytes);
   hr->set_layout_id(layout ? layout->Id() : 0);
   hr->set_max_keys_per_request(kMaxKeysPerRequest);
+  if (fd_inbox_) hr->set_buffer_socket(fd_inbox_->path());
   return reply;
 }
 
 absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRequest& d) {
   const wire::RegisterBuffer& r = d.request.register_buffer();
-  // The daemon's own arenas are never a client buffer, whatever the name.
-  if (absl::StartsWith(r.shm_name(), "/kvtier-host") || IsOwnDeviceObject(r.shm_name()) ||
-      (!config_.host.shm_name.empty() && r.shm_name() == config_.host.shm_name))
+  const bool by_fd = !r.fd_ticket().empty();
+  // The daemon's own arenas are never a client buffer, whatever the name
+  // (by fd, the name is only a label: the client can hand over only what it
+  // holds open).
+  if (!by_fd && (absl::StartsWith(r.shm_name(), "/kvtier-host") || IsOwnDeviceObject(r.shm_name()) ||
+                 (!config_.host.shm_name.empty() && r.shm_name() == config_.host.shm_name)))
     return absl::PermissionDeniedError(
         absl::StrCat("REGISTER_BUFFER: '", r.shm_name(), "' is reserved for the daemon"));
   if (s.buffers.size() >= static_cast<size_t>(config_.max_buffers_per_session))
@@ -109,7 +115,9 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRe
         " bytes registered by tenant '", s.tenant->name, "', over its limit of ", limit,
         " (max_registered_bytes in the tenants file, else --max_registered_bytes_per_tenant)"));
   std::shared_ptr<ClientBuffer> buffer;
-  if (r.kind() == wire::BUFFER_SHM) {
+  if (by_fd) {
+    ASSIGN_OR_RETURN(buffer, MapHandedBuffer(r));
+  } else if (r.kind() == wire::BUFFER_SHM) {
     ASSIGN_OR_RETURN(buffer, ClientBuffer::Map(r.shm_name(), r.size()));
   } else {
     ASSIGN_OR_RETURN(buffer, MapDeviceBuffer(r));  // device_transfers.cc
@@ -129,6 +137,37 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleRegister(Session& s, const DecodedRe
   Reply reply;
   reply.response.mutable_register_buffer()->set_buffer_id(id);
   return reply;
+}
+
+absl::StatusOr<std::shared_ptr<ClientBuffer>> Daemon::MapHandedBuffer(
+    const wire::RegisterBuffer& r) {
+  if (fd_inbox_ == nullptr)
+    return absl::FailedPreconditionError(
+        "REGISTER_BUFFER: this daemon takes no buffers by fd (it has no ipc socket); register "
+        "the buffer by name");
+  absl::StatusOr<HandedFd> taken = fd_inbox_->Take(r.fd_ticket());
+  if (!taken.ok())
+    return absl::Status(taken.status().code(),
+                        absl::StrCat("REGISTER_BUFFER: ", taken.status().message()));
+  const HandedFd& handed = *taken;
+  // The ticket is a secret of whoever handed the fd over; the uid is checked
+  // too, so a ticket that leaked to another user opens nothing (and is
+  // spent: it was taken above).
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (from_.fd < 0 || getsockopt(from_.fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+      len != sizeof(cred) || cred.pid == 0)
+    return absl::PermissionDeniedError(
+        "REGISTER_BUFFER: a buffer handed over by fd can be registered only over the ipc socket "
+        "(this connection's user is unknown)");
+  if (cred.uid != handed.uid())
+    return absl::PermissionDeniedError(absl::StrCat(
+        "REGISTER_BUFFER: the buffer under this ticket was handed over by uid ", handed.uid(),
+        ", not by this connection's uid ", cred.uid));
+  std::string label = r.shm_name().empty()
+                          ? absl::StrCat("buffer fd from pid ", handed.pid())
+                          : absl::StrCat("buffer '", LogSafe(r.shm_name()), "' (by fd)");
+  return ClientBuffer::MapFd(handed.fd(), r.size(), std::move(label));
 }
 
 void Daemon::PruneBufferOwners() {

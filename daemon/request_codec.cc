@@ -82,6 +82,8 @@ absl::Status CheckHello(const wire::Hello& h) {
 }
 
 absl::Status CheckRegister(const wire::RegisterBuffer& r) {
+  if (!r.fd_ticket().empty() && r.kind() != wire::BUFFER_SHM)
+    return Invalid("REGISTER_BUFFER: fd_ticket is for host memory (kind BUFFER_SHM) only");
   if (r.kind() != wire::BUFFER_SHM) {  // GPU buffer: the device backend checks the handle
     if (!wire::BufferKind_IsValid(r.kind()))
       return Invalid(absl::StrCat("REGISTER_BUFFER: unknown buffer kind ", static_cast<int>(r.kind())));
@@ -93,6 +95,15 @@ absl::Status CheckRegister(const wire::RegisterBuffer& r) {
     return absl::OkStatus();
   }
   const std::string& n = r.shm_name();
+  if (!r.fd_ticket().empty()) {  // by fd: the name is only a label
+    if (r.fd_ticket().size() != 16)
+      return Invalid(absl::StrCat("REGISTER_BUFFER: fd_ticket must be 16 bytes, got ",
+                                  r.fd_ticket().size()));
+    if (n.size() > 255 || n.find('\0') != std::string::npos)
+      return Invalid("REGISTER_BUFFER: a label (shm_name) of at most 255 bytes, no NUL");
+    if (r.size() == 0) return Invalid("REGISTER_BUFFER: size must be > 0");
+    return absl::OkStatus();
+  }
   if (n.size() < 2 || n.size() > 255 || n[0] != '/' || n.find('/', 1) != std::string::npos ||
       n.find('\0') != std::string::npos)
     return Invalid(absl::StrCat("REGISTER_BUFFER: shm name '", n.substr(0, 64),

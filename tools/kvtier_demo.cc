@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
 
   auto shm = kvtier::ShmBuffer::Create(2 * keys.size() * pb);
   if (!shm.ok()) return Die(shm.status());
-  auto buf = c.RegisterBuffer((*shm)->name(), (*shm)->size());
+  auto buf = c.RegisterBuffer(**shm);
   if (!buf.ok()) return Die(buf.status());
   // An inference engine's KV arena is long since touched; fault it in now so
   // the timings below show copies, not first-touch page faults.

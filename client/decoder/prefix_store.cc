@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Connect(ClientOptions 
   if (cache->on_gpu()) {
     ASSIGN_OR_RETURN(s->buffer_, cache->gpu_arena()->Register(*s->client_));
   } else {
-    ASSIGN_OR_RETURN(s->buffer_, s->client_->RegisterBuffer(cache->arena().name(), cache->arena().size()));
+    ASSIGN_OR_RETURN(s->buffer_, s->client_->RegisterBuffer(cache->arena()));
   }
   return s;
 }

@@ -89,7 +89,7 @@ absl::StatusOr<Rig> Rig::Create(const BenchOptions& o, const std::string& endpoi
   // First touch of shm is ~40x slower than a warm copy on VMs; an inference
   // engine's KV arena is long since touched, so fault it in before timing.
   std::memset(r.shm->data(), 0, r.shm->size());
-  ASSIGN_OR_RETURN(r.buffer, r.client->RegisterBuffer(r.shm->name(), r.shm->size()));
+  ASSIGN_OR_RETURN(r.buffer, r.client->RegisterBuffer(*r.shm));
   r.offsets.resize(buffer_bytes / page_bytes);
   for (size_t i = 0; i < r.offsets.size(); ++i) r.offsets[i] = i * page_bytes;
   return r;

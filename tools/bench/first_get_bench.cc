@@ -86,7 +86,7 @@ absl::Status Store(Client& c, const std::vector<PageKey>& keys, uint64_t page_by
   ASSIGN_OR_RETURN(auto src, FreshBuffer(keys.size() * page_bytes));
   for (size_t i = 0; i < keys.size(); ++i)
     tools::FillPattern(keys[i], src->data() + offsets[i], page_bytes);
-  ASSIGN_OR_RETURN(BufferId id, c.RegisterBuffer(src->name(), src->size()));
+  ASSIGN_OR_RETURN(BufferId id, c.RegisterBuffer(*src));
   ASSIGN_OR_RETURN(PutResult put, c.Put(keys, PageKey::Zero(), id, offsets));
   RETURN_IF_ERROR(c.UnregisterBuffer(id));
   if (put.stored != keys.size())
@@ -100,7 +100,7 @@ absl::Status OneRepeat(Client& c, const std::vector<PageKey>& keys,
                        const std::vector<uint64_t>& offsets, uint64_t page_bytes, double max_wait_s,
                        Samples& s) {
   ASSIGN_OR_RETURN(auto buf, FreshBuffer(keys.size() * page_bytes));
-  ASSIGN_OR_RETURN(BufferId id, c.RegisterBuffer(buf->name(), buf->size()));
+  ASSIGN_OR_RETURN(BufferId id, c.RegisterBuffer(*buf));
   ASSIGN_OR_RETURN(double waited, WaitWarm(c, max_wait_s));
   if (waited < 0) ++s.timeouts;
   s.wait_ms.push_back(waited);
@@ -112,7 +112,7 @@ absl::Status OneRepeat(Client& c, const std::vector<PageKey>& keys,
   RETURN_IF_ERROR(c.UnregisterBuffer(id));
   // A client that GETs right after REGISTER, racing the warm-up.
   ASSIGN_OR_RETURN(auto now, FreshBuffer(keys.size() * page_bytes));
-  ASSIGN_OR_RETURN(BufferId id2, c.RegisterBuffer(now->name(), now->size()));
+  ASSIGN_OR_RETURN(BufferId id2, c.RegisterBuffer(*now));
   ASSIGN_OR_RETURN(double nowait, TimeGet(c, id2, keys, offsets));
   s.nowait_ms.push_back(nowait);
   RETURN_IF_ERROR(Verify(*now, keys, page_bytes));

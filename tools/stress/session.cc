@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Session>> Session::Create(const SessionContext& c
   // and an inference engine's KV arena is long since touched.
   std::memset(s->shm_->data(), 0, s->shm_->size());
   for (Endpoint& e : s->endpoints_) {
-    ASSIGN_OR_RETURN(e.buffer, e.client->RegisterBuffer(s->shm_->name(), s->shm_->size()));
+    ASSIGN_OR_RETURN(e.buffer, e.client->RegisterBuffer(*s->shm_));
   }
   for (uint32_t i = 0; i < o.batch_pages; ++i) s->offsets_.push_back(i * s->page_bytes_);
   s->slot_key_.assign(o.batch_pages, PageKey::Zero());

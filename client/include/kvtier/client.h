@@ -30,6 +30,8 @@ class TenantsReply;
 
 namespace kvtier {
 
+class ShmBuffer;
+
 enum class TierKind : uint8_t { kNone = 0, kHbm = 1, kHost = 2, kNvme = 3, kRemote = 4 };
 absl::string_view TierKindName(TierKind t);
 
@@ -139,9 +141,23 @@ class Client {
   uint64_t page_bytes() const { return page_bytes_; }
   uint64_t layout_id() const { return layout_id_; }
 
-  // Asks the daemon to map the shm object `shm_name` ("/name") of `size`
-  // bytes, which the caller created (see ShmBuffer). The caller keeps it alive.
+  // Registers the first `size` bytes of `buffer` (all of it when 0): by
+  // handing its file descriptor to the daemon where the daemon takes fds
+  // (HELLO named a buffer socket), which works whatever user the daemon
+  // runs as and keeps the buffer private to its owner; otherwise, or when
+  // that socket cannot be reached from here, by name. The caller keeps the
+  // buffer alive while it is registered.
+  absl::StatusOr<BufferId> RegisterBuffer(const ShmBuffer& buffer, uint64_t size = 0);
+  // Registers `size` bytes of the memory object open as `fd` (POSIX shm,
+  // memfd or hugetlbfs) by handing the fd to the daemon (docs/PROTOCOL.md,
+  // "Buffers by file descriptor"); `label` names it in errors. The daemon
+  // keeps its own reference: the caller may close `fd` afterwards.
+  absl::StatusOr<BufferId> RegisterBufferFd(int fd, uint64_t size, const std::string& label = "");
+  // Asks the daemon to open and map the shm object `shm_name` ("/name") of
+  // `size` bytes by name: the daemon's user must be able to open it.
   absl::StatusOr<BufferId> RegisterBuffer(const std::string& shm_name, uint64_t size);
+  // Whether the daemon takes buffers by fd (its HELLO named a buffer socket).
+  bool takes_buffer_fds() const;
   // Asks the daemon to map GPU memory of `size` bytes: `handle` is a
   // cudaIpcMemHandle_t's bytes (kCudaIpc) or the emulated device's shm name
   // (kEmulated). GpuArena::Register calls this; few callers need it directly.

@@ -1,6 +1,6 @@
 // ShmBuffer: a POSIX shared-memory region a client allocates as its KV arena
-// and registers with kvtierd. Owns the mapping; unlinks the name on
-// destruction. Not thread-safe to create/destroy; the bytes are the caller's.
+// and registers with kvtierd. Owns the mapping and the descriptor; unlinks
+// the name on destruction. Not thread-safe to create/destroy; the bytes are the caller's.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +22,15 @@ class ShmBuffer {
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& name() const { return name_; }
+  // The object's descriptor, kept open so the buffer can be handed to the
+  // daemon by fd (Client::RegisterBuffer); close-on-exec.
+  int fd() const { return fd_; }
 
  private:
-  ShmBuffer(std::string name, uint8_t* data, uint64_t size)
-      : name_(std::move(name)), data_(data), size_(size) {}
+  ShmBuffer(std::string name, int fd, uint8_t* data, uint64_t size)
+      : name_(std::move(name)), fd_(fd), data_(data), size_(size) {}
   std::string name_;
+  int fd_;
   uint8_t* data_;
   uint64_t size_;
 };

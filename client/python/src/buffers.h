@@ -16,6 +16,7 @@ class PyShmBuffer {
   uint8_t* data() const { return buf_->data(); }
   uint64_t size() const { return buf_->size(); }
   const std::string& name() const { return buf_->name(); }
+  const ShmBuffer& buffer() const { return *buf_; }
 
  private:
   std::unique_ptr<ShmBuffer> buf_;

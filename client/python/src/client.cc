@@ -73,10 +73,9 @@ BufferId RegisterShm(PyClient& c, const py::object& buf) {
         " (allocate the arena with kvtier.ShmBuffer(size), or use register_tensor for a "
         "CUDA tensor)"));
   const PyShmBuffer& b = buf.cast<const PyShmBuffer&>();
-  std::string name = b.name();
-  uint64_t size = b.size();
-  BufferId id =
-      Check(c.Call("register", [&](Client& cl) { return cl.RegisterBuffer(name, size); }));
+  // By fd where the daemon takes fds (any daemon user), else by name.
+  const ShmBuffer& shm = b.buffer();
+  BufferId id = Check(c.Call("register", [&](Client& cl) { return cl.RegisterBuffer(shm); }));
   c.Keep(id, buf);
   return id;
 }
