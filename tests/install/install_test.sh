@@ -58,6 +58,11 @@ for f in bin/kvtierd bin/kvtierctl bin/kvtier-stress bin/kvtier-generate \
          "${libdir#"$prefix"/}"/libkvtier-client.so; do
   [[ -e $prefix/$f ]] || die "$f was not installed"
 done
+# The licence, the DEB's copyright file, the changelog and the monitoring kit.
+for f in share/doc/kvtier/LICENSE share/doc/kvtier/copyright share/doc/kvtier/CHANGELOG.md \
+         share/kvtier/monitoring/grafana-kvtier.json share/kvtier/monitoring/kvtier-alerts.yml; do
+  [[ -s $prefix/$f ]] || die "$f was not installed"
+done
 # The library's SONAME carries the ABI (major.minor before 1.0).
 soname=$(readelf -d "$libdir/libkvtier-client.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [[ $soname =~ ^libkvtier-client\.so\.[0-9]+\.[0-9]+$ ]] || die "unexpected SONAME '$soname'"
