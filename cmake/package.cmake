@@ -4,8 +4,13 @@
 # finds for the ELF files (the Debian runtime libraries they link), plus
 # adduser (postinst) and the Python package's interpreter and numpy.
 # Build the package from a Release build without -DKVTIER_TEST_HOOKS=ON.
-set(KVTIER_PACKAGE_CONTACT "kvtier maintainers <maintainers@kvtier.invalid>" CACHE STRING
-    "Maintainer field of the DEB")
+set(_kvtier_contact "kvtier maintainers <maintainers@kvtier.invalid>")
+set(KVTIER_PACKAGE_CONTACT "${_kvtier_contact}" CACHE STRING "Maintainer field of the DEB")
+# A build directory configured before 0.2.0 cached the old placeholder; a
+# cache variable keeps its value, so replace that one (and only that one).
+if(KVTIER_PACKAGE_CONTACT STREQUAL "kvtier maintainers <kvtier@localhost>")
+  set_property(CACHE KVTIER_PACKAGE_CONTACT PROPERTY VALUE "${_kvtier_contact}")
+endif()
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME kvtier)
