@@ -132,8 +132,19 @@ install(CODE "
   include(\"${PROJECT_SOURCE_DIR}/cmake/install_service.cmake\")
 " COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/docs/OPERATIONS.md ${PROJECT_SOURCE_DIR}/docs/SECURITY.md
-              ${PROJECT_SOURCE_DIR}/docs/PROTOCOL.md
+              ${PROJECT_SOURCE_DIR}/docs/PROTOCOL.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
+              ${PROJECT_SOURCE_DIR}/LICENSE
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+# Debian policy 12.5: the copyright file in the package's doc directory,
+# machine-readable (DEP-5).
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/debian/copyright
+        DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+# Monitoring: the Grafana dashboard and the Prometheus alert rules
+# (docs/OPERATIONS.md, "Monitoring"), for the operator to copy into their
+# Grafana and Prometheus; nothing here loads them.
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/monitoring/grafana-kvtier.json
+              ${PROJECT_SOURCE_DIR}/packaging/monitoring/kvtier-alerts.yml
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/kvtier/monitoring COMPONENT runtime)
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/tenants.json.example
         DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples RENAME tenants.json COMPONENT runtime)
 

@@ -4,11 +4,19 @@
 # finds for the ELF files (the Debian runtime libraries they link), plus
 # adduser (postinst) and the Python package's interpreter and numpy.
 # Build the package from a Release build without -DKVTIER_TEST_HOOKS=ON.
-set(KVTIER_PACKAGE_CONTACT "kvtier maintainers <kvtier@localhost>" CACHE STRING
-    "Maintainer field of the DEB")
+set(_kvtier_contact "kvtier maintainers <maintainers@kvtier.invalid>")
+set(KVTIER_PACKAGE_CONTACT "${_kvtier_contact}" CACHE STRING "Maintainer field of the DEB")
+# A build directory configured before 0.2.0 cached the old placeholder; a
+# cache variable keeps its value, so replace that one (and only that one).
+if(KVTIER_PACKAGE_CONTACT STREQUAL "kvtier maintainers <kvtier@localhost>")
+  set_property(CACHE KVTIER_PACKAGE_CONTACT PROPERTY VALUE "${_kvtier_contact}")
+endif()
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME kvtier)
+# The one version source: project(VERSION) in the top-level CMakeLists.txt,
+# which also gives every program's --version, STATS/PING's daemon version,
+# the library's SONAME and kvtier.__version__.
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
 set(CPACK_PACKAGE_CONTACT "${KVTIER_PACKAGE_CONTACT}")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "tiered KV-cache manager for LLM inference")
@@ -28,6 +36,7 @@ set(CPACK_STRIP_FILES ON)
 
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
+set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # A shlibs file for libkvtier-client (packages built against it depend on

@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/endpoint.h"
+#include "daemon/metrics_http.h"
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 
@@ -38,6 +39,7 @@ absl::Status DaemonConfig::Validate() const {
   if (metrics_port < -1 || metrics_port > 65535)
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics_port=", metrics_port, " must be 0 (off), -1 (any free port) or a port number"));
+  if (metrics_port != 0) RETURN_IF_ERROR(IsLoopbackAddress(metrics_address).status());
   if (max_buffers_per_session < 1)
     return absl::InvalidArgumentError("--max_buffers_per_session must be >= 1");
   RETURN_IF_ERROR(warmup.Validate());

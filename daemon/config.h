@@ -63,9 +63,12 @@ struct DaemonConfig {
   // Registered buffers are mapped in off the frontend after REGISTER.
   BufferWarmerConfig warmup;
   absl::Duration session_idle_timeout = absl::Minutes(30);
-  // Prometheus endpoint on 127.0.0.1: 0 = off, -1 = any free port (logged,
-  // and in STATS daemon.metrics_port).
+  // Prometheus endpoint: 0 = off, -1 = any free port (logged, and in STATS
+  // daemon.metrics_port), on metrics_address (an IP literal). Loopback by
+  // default: /metrics names every tenant and its traffic, with no
+  // authentication, so another address is the operator's explicit choice.
   int metrics_port = 0;
+  std::string metrics_address = "127.0.0.1";
 
   // Fills empty paths with the defaults of kvtier/paths.h.
   void ApplyDefaults();

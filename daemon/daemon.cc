@@ -147,9 +147,10 @@ absl::Status Daemon::Init() {
   ASSIGN_OR_RETURN(engine_, CopyEngine::Create(ctx_, completion_endpoint_, config_.copy_threads));
   if (shared_) poster_ = std::make_shared<CompletionPoster>(ctx_, completion_endpoint_);
   ASSIGN_OR_RETURN(warmer_, BufferWarmer::Create(config_.warmup));
-  RETURN_IF_ERROR(StartMetrics());
   RETURN_IF_ERROR(InitPrefetch());
   data_ = std::make_unique<DataPath>(store_.get(), hbm_, prefetcher_.get());
+  // Last: the metrics thread reads the prefetcher's counters.
+  RETURN_IF_ERROR(StartMetrics());
   return absl::OkStatus();
 }
 

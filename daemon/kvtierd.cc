@@ -70,7 +70,8 @@ ABSL_FLAG(std::string, prefetch_max_leased_per_tenant, "0", "bytes of prefetched
 ABSL_FLAG(bool, buffer_warmup, true, "after REGISTER_BUFFER, map the pages the client's buffer holds into the daemon on a background thread (never its holes), so the first GET costs what later ones do; STATS namespaces[].warmup.pending_bytes is 0 once warm");
 ABSL_FLAG(int, session_idle_timeout_s, 1800, "drop sessions idle for this many seconds");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
-ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics endpoint on 127.0.0.1 at this port (9464 is the usual choice); 0 = off, -1 = any free port (logged)");
+ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics endpoint on --metrics_address at this port (9464 is the usual choice); 0 = off, -1 = any free port (logged)");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1", "IP address (a literal, IPv4 or IPv6) the /metrics endpoint listens on; anything but loopback exposes every tenant's name and traffic, unauthenticated, to whoever can reach the port (a warning is logged at start): restrict it with a firewall");
 
 namespace {
 
@@ -174,6 +175,10 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   c.warmup.enabled = absl::GetFlag(FLAGS_buffer_warmup);
   c.session_idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_session_idle_timeout_s));
   c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  // A malformed address is a usage error (exit 2: the unit does not retry
+  // it), like the other flags parsed here.
+  if (c.metrics_port != 0) RETURN_IF_ERROR(kvtier::daemon::IsLoopbackAddress(c.metrics_address).status());
   return c;
 }
 

@@ -39,6 +39,9 @@ struct TierFamily {
   const char* type;
   const char* help;
   std::function<uint64_t(const tiers::TierSnapshot&)> get;
+  // Non-zero: the value is get() times this, as a float (microsecond sums
+  // exposed in seconds, Prometheus' base unit).
+  double scale = 0;
 };
 
 const std::vector<TierFamily>& TierFamilies() {
@@ -66,13 +69,13 @@ const std::vector<TierFamily>& TierFamilies() {
       {"kvtier_tier_durability_failures_total", "counter", "PUT pages not stored because their durable copy failed.", [](const T& t) { return t.durability_failures; }},
       {"kvtier_tier_frontend_io_total", "counter", "I/Os done on the frontend thread (a bug: always 0).", [](const T& t) { return t.io.forbidden_io; }},
       // I/O classes (tiers/io_class.h): count and summed latency per class;
-      // rate(latency) / rate(ios) is the mean latency of the class.
+      // rate(..._latency_seconds_total) / rate(..._total) is the mean latency.
       {"kvtier_tier_io_demand_total", "counter", "Device I/Os a request waited for (NVMe).", [](const T& t) { return t.io.class_ios[0]; }},
-      {"kvtier_tier_io_demand_latency_us_total", "counter", "Summed latency of demand I/Os, microseconds (NVMe).", [](const T& t) { return t.io.class_latency_us[0]; }},
+      {"kvtier_tier_io_demand_latency_seconds_total", "counter", "Summed latency of demand I/Os, seconds (NVMe).", [](const T& t) { return t.io.class_latency_us[0]; }, 1e-6},
       {"kvtier_tier_io_prefetch_total", "counter", "Device I/Os of promotions ahead of need (NVMe).", [](const T& t) { return t.io.class_ios[1]; }},
-      {"kvtier_tier_io_prefetch_latency_us_total", "counter", "Summed latency of prefetch I/Os, microseconds (NVMe).", [](const T& t) { return t.io.class_latency_us[1]; }},
+      {"kvtier_tier_io_prefetch_latency_seconds_total", "counter", "Summed latency of prefetch I/Os, seconds (NVMe).", [](const T& t) { return t.io.class_latency_us[1]; }, 1e-6},
       {"kvtier_tier_io_writeback_total", "counter", "Device I/Os of cleaning and demotion (NVMe).", [](const T& t) { return t.io.class_ios[2]; }},
-      {"kvtier_tier_io_writeback_latency_us_total", "counter", "Summed latency of write-back I/Os, microseconds (NVMe).", [](const T& t) { return t.io.class_latency_us[2]; }},
+      {"kvtier_tier_io_writeback_latency_seconds_total", "counter", "Summed latency of write-back I/Os, seconds (NVMe).", [](const T& t) { return t.io.class_latency_us[2]; }, 1e-6},
   };
   return *families;
 }
@@ -161,7 +164,10 @@ void RenderRequests(const RequestMetrics& r, Exposition& x) {
 void RenderStore(const tiers::StoreSnapshot& snap, Exposition& x) {
   for (const TierFamily& f : TierFamilies()) {
     x.Family(f.name, f.type, f.help);
-    for (const auto& t : snap.tiers) x.Sample(f.name, TierLabel(t), f.get(t));
+    for (const auto& t : snap.tiers) {
+      if (f.scale != 0) x.Sample(f.name, TierLabel(t), double(f.get(t)) * f.scale);
+      else x.Sample(f.name, TierLabel(t), f.get(t));
+    }
   }
   for (const NamespaceFamily& f : NamespaceFamilies()) {
     x.Family(f.name, f.type, f.help);
@@ -220,6 +226,39 @@ void RenderSharedCache(const tiers::SharedCacheCounters& c, Exposition& x) {
   }
 }
 
+// The prefetcher (lookahead and PREFETCH hints): daemon-wide, like STATS'
+// prefetch block.
+void RenderPrefetch(const prefetch::PrefetchCounters& c, Exposition& x) {
+  struct Row {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t value;
+  };
+  const Row rows[] = {
+      {"kvtier_prefetch_issued_total", "counter", "Promotions queued by lookahead and PREFETCH hints.", c.issued},
+      {"kvtier_prefetch_merged_total", "counter", "Prefetch requests merged into a queued, running or leased promotion.", c.merged},
+      {"kvtier_prefetch_in_time_total", "counter", "Promotions finished before the GET that read them.", c.completed_in_time},
+      {"kvtier_prefetch_late_total", "counter", "Promotions a GET waited for, or finished past their deadline.", c.late},
+      {"kvtier_prefetch_wasted_total", "counter", "Pages promoted, then evicted unread.", c.wasted},
+      {"kvtier_prefetch_dropped_total", "counter", "Promotions past their deadline before they started.", c.dropped},
+      {"kvtier_prefetch_rejected_total", "counter", "Prefetch requests refused: queue full.", c.rejected},
+      {"kvtier_prefetch_failed_total", "counter", "Promotions that could not be done (no room, busy, missing, read error).", c.failed},
+      {"kvtier_prefetch_lease_expired_total", "counter", "Leases that ended without a GET.", c.lease_expired},
+      {"kvtier_prefetch_lease_refused_total", "counter", "Pages promoted but not leased: the tenant's lease share was full.", c.lease_refused + c.lookup_lease_refused},
+      {"kvtier_prefetch_promoted_pages_total", "counter", "Pages the prefetcher moved up a tier.", c.promoted_pages},
+      {"kvtier_prefetch_promoted_bytes_total", "counter", "Bytes the prefetcher moved up a tier.", c.promoted_bytes},
+      {"kvtier_prefetch_queued", "gauge", "Promotions waiting to start.", c.queued},
+      {"kvtier_prefetch_inflight", "gauge", "Promotions running.", c.inflight},
+      {"kvtier_prefetch_leased_pages", "gauge", "Pages held by prefetch and LOOKUP leases.", c.leased_pages},
+      {"kvtier_prefetch_pinned_bytes", "gauge", "Bytes prefetch holds pinned (leases and promotions in flight).", c.pinned_bytes},
+  };
+  for (const Row& r : rows) {
+    x.Family(r.name, r.type, r.help);
+    x.Sample(r.name, "", r.value);
+  }
+}
+
 }  // namespace
 
 std::string EscapeLabel(absl::string_view value) {
@@ -249,12 +288,14 @@ void ReadRss(uint64_t* rss, uint64_t* anon) {
 
 std::string RenderPrometheus(const tiers::StoreSnapshot& snap, const RequestMetrics& requests,
                              const ProcessFigures& process,
-                             const std::optional<tiers::SharedCacheCounters>& shared) {
+                             const std::optional<tiers::SharedCacheCounters>& shared,
+                             const std::optional<prefetch::PrefetchCounters>& prefetch) {
   Exposition x;
   RenderDaemon(requests, process, x);
   RenderRequests(requests, x);
   RenderStore(snap, x);
   if (shared) RenderSharedCache(*shared, x);
+  if (prefetch) RenderPrefetch(*prefetch, x);
   return x.Take();
 }
 

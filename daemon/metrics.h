@@ -10,6 +10,7 @@
 
 #include "daemon/latency.h"
 #include "kvtier.pb.h"
+#include "prefetch/prefetcher.h"
 #include "tiers/shared_cache/shared_cache.h"
 #include "tiers/tier_manager.h"
 
@@ -26,11 +27,15 @@ struct ProcessFigures {
 void ReadRss(uint64_t* rss, uint64_t* anon);
 
 // Prometheus text format 0.0.4: every family with # HELP and # TYPE, names
-// kvtier_*, labels tier / namespace / type. Namespaces are all of them: the
-// endpoint is for the operator (loopback only).
-std::string RenderPrometheus(const tiers::StoreSnapshot& snap, const RequestMetrics& requests,
-                             const ProcessFigures& process,
-                             const std::optional<tiers::SharedCacheCounters>& shared = std::nullopt);
+// kvtier_* following Prometheus' conventions (base units: seconds, bytes;
+// counters end in _total), so `promtool check metrics` passes; labels tier /
+// namespace / type. Namespaces are all of them: the endpoint is for the
+// operator (loopback unless --metrics_address says otherwise). The shared
+// cache and prefetch families appear when the daemon has them.
+std::string RenderPrometheus(
+    const tiers::StoreSnapshot& snap, const RequestMetrics& requests, const ProcessFigures& process,
+    const std::optional<tiers::SharedCacheCounters>& shared = std::nullopt,
+    const std::optional<prefetch::PrefetchCounters>& prefetch = std::nullopt);
 
 // One LatencyStats per request type that has been seen.
 void FillLatency(const RequestMetrics& requests, wire::StatsReply* out);

@@ -23,9 +23,20 @@ std::string PendingKey(absl::string_view routing_id, uint64_t request_id) {
 absl::Status Daemon::StartMetrics() {
   if (config_.metrics_port == 0) return absl::OkStatus();
   MetricsHttpOptions o;
+  o.address = config_.metrics_address;
   o.port = config_.metrics_port < 0 ? 0 : config_.metrics_port;
+  ASSIGN_OR_RETURN(const bool loopback, IsLoopbackAddress(o.address));
   ASSIGN_OR_RETURN(metrics_http_, MetricsHttpServer::Start(o, [this] { return RenderMetrics(); }));
-  spdlog::info("metrics on http://127.0.0.1:{}/metrics", metrics_http_->port());
+  const std::string where = HostPort(o.address, metrics_http_->port());
+  spdlog::info("metrics on http://{}/metrics", where);
+  // Said at every start, not only in the docs: the endpoint has no
+  // authentication and its labels name every tenant.
+  if (!loopback)
+    spdlog::warn(
+        "--metrics_address={}: /metrics is reachable beyond this host at {}, without "
+        "authentication; its series name every tenant (namespace label) and its traffic and "
+        "cache use. Restrict who can reach that port (a firewall, or the unit's IPAddressAllow=)",
+        o.address, where);
   return absl::OkStatus();
 }
 
@@ -37,7 +48,9 @@ std::string Daemon::RenderMetrics() const {
   ReadRss(&p.rss_bytes, &p.rss_anon_bytes);
   std::optional<tiers::SharedCacheCounters> shared;
   if (shared_) shared = shared_->counters();
-  return RenderPrometheus(store_->Snapshot(), metrics_, p, shared);
+  std::optional<prefetch::PrefetchCounters> prefetch;
+  if (prefetcher_) prefetch = prefetcher_->counters();
+  return RenderPrometheus(store_->Snapshot(), metrics_, p, shared, prefetch);
 }
 
 void Daemon::EndRequest(const std::string& routing_id, uint64_t request_id, int type,

@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace kvtier::daemon {
@@ -45,10 +46,54 @@ bool PrintableHead(absl::string_view head) {
   return true;
 }
 
+struct SocketAddress {
+  int family = AF_INET;
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+};
+
+absl::StatusOr<SocketAddress> ParseAddress(absl::string_view address, int port) {
+  const std::string text(address);
+  SocketAddress a;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&a.storage);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&a.storage);
+  if (inet_pton(AF_INET, text.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = a.family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    a.length = sizeof(sockaddr_in);
+    return a;
+  }
+  if (inet_pton(AF_INET6, text.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = a.family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    a.length = sizeof(sockaddr_in6);
+    return a;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--metrics_address='", address,
+      "' is not an IPv4 or IPv6 address (a literal such as 127.0.0.1, ::1 or 10.0.0.5; no host names)"));
+}
+
 const char* kTextType = "text/plain; charset=utf-8";
 const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
 
 }  // namespace
+
+absl::StatusOr<bool> IsLoopbackAddress(absl::string_view address) {
+  ASSIGN_OR_RETURN(const SocketAddress a, ParseAddress(address, 0));
+  if (a.family == AF_INET) {
+    const uint32_t ip = ntohl(reinterpret_cast<const sockaddr_in*>(&a.storage)->sin_addr.s_addr);
+    return (ip >> 24) == 127;
+  }
+  const in6_addr& ip = reinterpret_cast<const sockaddr_in6*>(&a.storage)->sin6_addr;
+  if (IN6_IS_ADDR_LOOPBACK(&ip)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&ip) && ip.s6_addr[12] == 127;
+}
+
+std::string HostPort(absl::string_view address, int port) {
+  if (absl::StrContains(address, ':')) return absl::StrCat("[", address, "]:", port);
+  return absl::StrCat(address, ":", port);
+}
 
 HttpVerdict ClassifyRequest(absl::string_view head) {
   if (!PrintableHead(head)) return Verdict(400, "Bad Request", "control bytes in the request head");
@@ -99,22 +144,25 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const MetricsHttpOptions& options, Render render) {
   if (options.port < 0 || options.port > 65535)
     return absl::InvalidArgumentError(absl::StrCat("metrics port ", options.port, " is not in [0, 65535]"));
+  ASSIGN_OR_RETURN(const SocketAddress where, ParseAddress(options.address, options.port));
   std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer(options, std::move(render)));
-  s->listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  s->listen_fd_ = socket(where.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (s->listen_fd_ < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
   int one = 1;
   setsockopt(s->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // loopback only, always
-  addr.sin_port = htons(static_cast<uint16_t>(options.port));
-  if (bind(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+  // An IPv6 address means that address only, not the IPv4 side of a
+  // dual-stack socket as well: the operator named one exposure.
+  if (where.family == AF_INET6) setsockopt(s->listen_fd_, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  if (bind(s->listen_fd_, reinterpret_cast<const sockaddr*>(&where.storage), where.length) != 0 ||
       listen(s->listen_fd_, 64) != 0)
     return absl::FailedPreconditionError(absl::StrCat(
-        "--metrics_port: cannot listen on 127.0.0.1:", options.port, ": ", strerror(errno)));
-  socklen_t len = sizeof(addr);
-  getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  s->port_ = ntohs(addr.sin_port);
+        "--metrics_address/--metrics_port: cannot listen on ", HostPort(options.address, options.port),
+        ": ", strerror(errno)));
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  getsockname(s->listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+  s->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                               : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   s->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->wake_fd_ < 0) return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
   s->thread_ = std::thread([p = s.get()] { p->Loop(); });

@@ -1,5 +1,6 @@
 // A minimal HTTP/1.1 server for Prometheus scrapes: one thread, plain sockets
-// and poll(2), bound to 127.0.0.1 only. It answers GET/HEAD /metrics with the
+// and poll(2), bound to one address (127.0.0.1 unless the operator names
+// another: --metrics_address). It answers GET/HEAD /metrics with the
 // text from a render callback and everything else with 4xx; requests are
 // bounded in size and time, every connection is closed after one response,
 // and nothing a client sends can crash or stall the daemon.
@@ -20,6 +21,9 @@
 namespace kvtier::daemon {
 
 struct MetricsHttpOptions {
+  // An IPv4 or IPv6 literal (no host names: what a name resolves to can
+  // change under a running daemon, and the exposure must be what was asked).
+  std::string address = "127.0.0.1";
   int port = 0;                     // 0: an ephemeral port (see port())
   size_t max_request_bytes = 8192;  // request line + headers; more gets 431
   int max_connections = 32;         // further clients wait in the backlog
@@ -35,6 +39,13 @@ struct HttpVerdict {
 };
 HttpVerdict ClassifyRequest(absl::string_view head);
 
+// Whether `address` (an IPv4 or IPv6 literal) is a loopback address:
+// 127.0.0.0/8, ::1 or ::ffff:127.x.y.z. InvalidArgument when it is no literal.
+absl::StatusOr<bool> IsLoopbackAddress(absl::string_view address);
+
+// "host:port" as a URL writes it: IPv6 literals in brackets.
+std::string HostPort(absl::string_view address, int port);
+
 // A complete HTTP/1.1 response with Content-Length and Connection: close.
 std::string HttpResponse(const HttpVerdict& v, absl::string_view body, absl::string_view type);
 
@@ -44,8 +55,9 @@ class MetricsHttpServer {
   // with respect to the rest of the daemon.
   using Render = std::function<std::string()>;
 
-  // Binds 127.0.0.1:port and starts the thread. FailedPrecondition names the
-  // port when it cannot be bound.
+  // Binds address:port and starts the thread. InvalidArgument when the
+  // address is no IP literal; FailedPrecondition naming the address, the port
+  // and the errno text when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const MetricsHttpOptions& options,
                                                                   Render render);
   ~MetricsHttpServer();  // stops the thread and closes every socket

@@ -19,6 +19,7 @@ PKGS=(
   clang libclang-rt-14-dev
   fio redis-server libhiredis-dev
   gnuplot-nox
+  prometheus curl python3-yaml
 )
 
 missing=()
@@ -38,5 +39,10 @@ $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 # redis-server's package may start a system instance; benchmarks start their own
 # on a private port, so stop the packaged one to keep 127.0.0.1:6379 free.
-if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl stop redis-server >/dev/null 2>&1 || true; fi
+# prometheus is here for promtool (scripts/check_monitoring.sh); its own
+# server would scrape and listen on :9090, so it is stopped too.
+if command -v systemctl >/dev/null 2>&1; then
+  $SUDO systemctl stop redis-server >/dev/null 2>&1 || true
+  $SUDO systemctl stop prometheus >/dev/null 2>&1 || true
+fi
 echo "setup: done"

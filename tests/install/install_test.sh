@@ -7,9 +7,10 @@
 #   install_test.sh --build DIR --source CONSUMER_DIR --cmake CMAKE --python ON|OFF
 #                   [--python-dir RELATIVE_DIR]   (default lib/python3/dist-packages)
 #                   [--sanitize address|thread|undefined]   (the build's KVTIER_SANITIZE)
+#                   --version MAJOR.MINOR   (the build's; find_package asks for it)
 set -euo pipefail
 
-build="" source="" cmake=cmake python=OFF python_dir=lib/python3/dist-packages sanitize=""
+build="" source="" cmake=cmake python=OFF python_dir=lib/python3/dist-packages sanitize="" version=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -18,10 +19,12 @@ while [[ $# -gt 0 ]]; do
     --python) python=$2; shift 2 ;;
     --python-dir) python_dir=$2; shift 2 ;;
     --sanitize) sanitize=$2; shift 2 ;;
+    --version) version=$2; shift 2 ;;
     *) echo "install_test: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ -d $build && -f $source/main.cc ]] || { echo "install_test: need --build and --source" >&2; exit 2; }
+[[ -d $build && -f $source/main.cc && -n $version ]] ||
+  { echo "install_test: need --build, --source and --version" >&2; exit 2; }
 
 work=$(mktemp -d /tmp/kvtier-install-XXXXXX)
 prefix=$work/prefix
@@ -58,6 +61,11 @@ for f in bin/kvtierd bin/kvtierctl bin/kvtier-stress bin/kvtier-generate \
          "${libdir#"$prefix"/}"/libkvtier-client.so; do
   [[ -e $prefix/$f ]] || die "$f was not installed"
 done
+# The licence, the DEB's copyright file, the changelog and the monitoring kit.
+for f in share/doc/kvtier/LICENSE share/doc/kvtier/copyright share/doc/kvtier/CHANGELOG.md \
+         share/kvtier/monitoring/grafana-kvtier.json share/kvtier/monitoring/kvtier-alerts.yml; do
+  [[ -s $prefix/$f ]] || die "$f was not installed"
+done
 # The library's SONAME carries the ABI (major.minor before 1.0).
 soname=$(readelf -d "$libdir/libkvtier-client.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [[ $soname =~ ^libkvtier-client\.so\.[0-9]+\.[0-9]+$ ]] || die "unexpected SONAME '$soname'"
@@ -88,7 +96,8 @@ step "consumer with find_package(kvtier CONFIG) -> kvtier::client"
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 "$cmake" "${generator[@]}" -S "$source" -B "$work/consumer-build" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_FLAGS="$cxxflags" >"$work/consumer.log" 2>&1 ||
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_FLAGS="$cxxflags" -DKVTIER_WANT_VERSION="$version" \
+  >"$work/consumer.log" 2>&1 ||
   { cat "$work/consumer.log" >&2; die "configuring the consumer failed"; }
 "$cmake" --build "$work/consumer-build" >>"$work/consumer.log" 2>&1 ||
   { cat "$work/consumer.log" >&2; die "building the consumer failed"; }

@@ -45,6 +45,17 @@ TEST_F(KvtierctlTest, StatsJsonIsValidJson) {
   EXPECT_EQ(doc["tiers"][0]["name"], "host");
   ASSERT_TRUE(doc.contains("namespaces") && doc["namespaces"].is_array()) << r.out;
   EXPECT_EQ(doc["namespaces"][0]["name"], "default");
+  // 64-bit fields are JSON numbers (the protobuf mapping would write "0"),
+  // in messages, repeated messages and maps alike; strings stay strings.
+  EXPECT_TRUE(doc["daemon"]["uptime_ms"].is_number_integer()) << r.out;
+  EXPECT_TRUE(doc["daemon"]["requests"].is_number_unsigned()) << r.out;
+  EXPECT_TRUE(doc["tiers"][0]["capacity_bytes"].is_number_unsigned()) << r.out;
+  EXPECT_GT(doc["tiers"][0]["capacity_bytes"].get<uint64_t>(), 0u) << r.out;
+  EXPECT_TRUE(doc["namespaces"][0]["pages"].is_number_unsigned()) << r.out;
+  for (const auto& [tier, bytes] : doc["namespaces"][0]["tier_bytes"].items())
+    EXPECT_TRUE(bytes.is_number_unsigned()) << tier << ": " << r.out;
+  EXPECT_TRUE(doc["daemon"]["version"].is_string()) << r.out;
+  EXPECT_TRUE(doc["tiers"][0]["backing"].is_string()) << r.out;
 }
 
 TEST(KvtierctlNoDaemonTest, FailsWithOneLineError) {

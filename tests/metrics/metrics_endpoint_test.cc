@@ -8,7 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "kvtier/shm_buffer.h"
@@ -192,6 +195,107 @@ TEST_F(MetricsAutoPortTest, PicksAFreePortAndReportsIt) {
   auto r = HttpGet(port);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 200);
+}
+
+// Local addresses of the listening TCP sockets on `port`, as the kernel's
+// /proc/net/tcp{,6} write them (hex, e.g. 0100007F for 127.0.0.1).
+std::vector<std::string> ListeningAddresses(int port) {
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = local.rfind(':');
+      if (state != "0A" || colon == std::string::npos) continue;  // 0A: LISTEN
+      if (std::stoi(local.substr(colon + 1), nullptr, 16) == port)
+        out.push_back(local.substr(0, colon));
+    }
+  }
+  return out;
+}
+
+// The default --metrics_address: one listening socket, on 127.0.0.1, and no
+// warning about exposure.
+TEST_F(MetricsAutoPortTest, DefaultListensOnLoopbackOnly) {
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  auto s = c->Stats();
+  ASSERT_TRUE(s.ok());
+  const int port = s->daemon().metrics_port();
+  ASSERT_GT(port, 0);
+  EXPECT_EQ(ListeningAddresses(port), std::vector<std::string>{"0100007F"});
+  EXPECT_FALSE(absl::StrContains(daemon_->Log(), "beyond this host")) << daemon_->Log();
+}
+
+// Another loopback address is taken as given (and is still no exposure).
+class MetricsOtherLoopbackTest : public DaemonTest {
+ protected:
+  DaemonOptions DaemonOpts() const override {
+    return {.flags = {"--metrics_port=-1", "--metrics_address=127.0.0.2"}};
+  }
+};
+
+TEST_F(MetricsOtherLoopbackTest, ListensOnTheNamedAddress) {
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  auto s = c->Stats();
+  ASSERT_TRUE(s.ok());
+  const int port = s->daemon().metrics_port();
+  ASSERT_GT(port, 0);
+  EXPECT_EQ(ListeningAddresses(port), std::vector<std::string>{"0200007F"});
+  EXPECT_TRUE(absl::StrContains(daemon_->Log(), "127.0.0.2:" + std::to_string(port) + "/metrics"));
+  EXPECT_FALSE(absl::StrContains(daemon_->Log(), "beyond this host")) << daemon_->Log();
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// An address that is no IP literal is a usage error (exit 2, the unit does not
+// restart it); one that cannot be bound stops the start naming the address,
+// the port and the errno text.
+TEST(MetricsFlagsTest, BadOrUnbindableAddressIsAClearStartupError) {
+  TempDir dir;
+  const std::vector<std::string> base = {"--socket=" + dir.File("d.sock"),
+                                         "--state_dir=" + dir.File("state"), "--nvme_bytes=0",
+                                         "--host_bytes=8MiB", "--host_slab_bytes=1MiB",
+                                         "--hugepages=off"};
+  auto args = base;
+  args.insert(args.end(), {"--metrics_port=-1", "--metrics_address=localhost"});
+  auto pid = DaemonProcess::Spawn(args, dir.File("a.log"));
+  ASSERT_TRUE(pid.ok());
+  auto code = WaitExit(*pid, 10000);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2);
+  const std::string a = ReadAll(dir.File("a.log"));
+  EXPECT_TRUE(absl::StrContains(a, "--metrics_address='localhost'")) << a;
+
+  int holder = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(holder, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int busy = ntohs(addr.sin_port);
+  args = base;
+  args.insert(args.end(), {"--metrics_address=127.0.0.1", "--metrics_port=" + std::to_string(busy)});
+  pid = DaemonProcess::Spawn(args, dir.File("b.log"));
+  ASSERT_TRUE(pid.ok());
+  code = WaitExit(*pid, 10000);
+  close(holder);
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  const std::string b = ReadAll(dir.File("b.log"));
+  EXPECT_TRUE(absl::StrContains(b, "cannot listen on 127.0.0.1:" + std::to_string(busy) + ": " +
+                                       strerror(EADDRINUSE)))
+      << b;
 }
 
 TEST(MetricsFlagsTest, BadOrBusyPortIsRefusedNamingTheFlag) {

@@ -3,11 +3,14 @@
 // a hand-made store snapshot (parsed back with the strict test parser).
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "daemon/get_timer.h"
 #include "daemon/latency.h"
 #include "daemon/metrics.h"
@@ -195,7 +198,9 @@ TEST(PrometheusTest, RendersAParsableExposition) {
   EXPECT_EQ(*x->Value("kvtier_tier_hits_total", {{"tier", "host"}}), 7);
   EXPECT_EQ(*x->Value("kvtier_tier_io_errors_total", {{"tier", "nvme"}}), 1);
   EXPECT_EQ(*x->Value("kvtier_tier_io_demand_total", {{"tier", "nvme"}}), 4);
-  EXPECT_EQ(*x->Value("kvtier_tier_io_demand_latency_us_total", {{"tier", "nvme"}}), 900);
+  // Summed class latency in seconds (Prometheus' base unit), as a counter.
+  EXPECT_NEAR(*x->Value("kvtier_tier_io_demand_latency_seconds_total", {{"tier", "nvme"}}), 900e-6, 1e-12);
+  EXPECT_EQ(x->types.at("kvtier_tier_io_demand_latency_seconds_total"), "counter");
   EXPECT_EQ(*x->Value("kvtier_tier_io_prefetch_total", {{"tier", "nvme"}}), 0);
   EXPECT_EQ(*x->Value("kvtier_tier_io_writeback_total", {{"tier", "nvme"}}), 6);
   EXPECT_EQ(*x->Value("kvtier_namespace_pages", {{"namespace", ns}}), 5);
@@ -219,6 +224,75 @@ TEST(PrometheusTest, RendersAParsableExposition) {
   EXPECT_EQ(x->types.at("kvtier_tier_hits_total"), "counter");
   // Types with no traffic have no series.
   EXPECT_TRUE(x->All("kvtier_requests_total").size() == 2);
+}
+
+// No family breaks Prometheus' naming rules that `promtool check metrics`
+// enforces (scripts/check_monitoring.sh runs promtool itself on a live daemon):
+// counters end in _total, no unit but a base one (seconds, bytes), and every
+// family with samples has a TYPE.
+TEST(PrometheusTest, NamesFollowPrometheusConventions) {
+  RequestMetrics m;
+  m.CountRequest(13);
+  m.RecordLatency(13, 1500);
+  ProcessFigures p{.version = "1.2.3"};
+  prefetch::PrefetchCounters pc;
+  pc.issued = 3;
+  pc.promoted_pages = 2;
+  pc.leased_pages = 1;
+  std::string text = RenderPrometheus(HandMadeSnapshot(), m, p, tiers::SharedCacheCounters{}, pc);
+  auto x = mtest::ParseExposition(text);
+  ASSERT_TRUE(x.ok()) << x.status() << "\n" << text;
+  for (const auto& [family, type] : x->types) {
+    for (const char* unit : {"_us", "_ms", "_microseconds", "_milliseconds", "_kib", "_mib"})
+      EXPECT_FALSE(absl::StrContains(family, absl::StrCat(unit, "_")) || absl::EndsWith(family, unit))
+          << family << " has a non-base unit";
+    if (type == "counter") {
+      EXPECT_TRUE(absl::EndsWith(family, "_total")) << family;
+    } else {
+      EXPECT_FALSE(absl::EndsWith(family, "_total")) << family << " is a " << type;
+    }
+  }
+  EXPECT_EQ(*x->Value("kvtier_prefetch_issued_total"), 3);
+  EXPECT_EQ(*x->Value("kvtier_prefetch_promoted_pages_total"), 2);
+  EXPECT_EQ(*x->Value("kvtier_prefetch_leased_pages"), 1);
+  EXPECT_EQ(x->types.at("kvtier_prefetch_leased_pages"), "gauge");
+  EXPECT_EQ(*x->Value("kvtier_shared_cache_down_nodes"), 0);
+}
+
+TEST(MetricsAddressTest, LoopbackIsToldApartFromOtherAddresses) {
+  for (const char* a : {"127.0.0.1", "127.0.0.2", "127.255.255.254", "::1", "::ffff:127.0.0.1"})
+    EXPECT_TRUE(*IsLoopbackAddress(a)) << a;
+  for (const char* a : {"0.0.0.0", "10.0.0.5", "192.0.2.1", "128.0.0.1", "::", "fe80::1",
+                        "::ffff:10.0.0.1", "2001:db8::1"})
+    EXPECT_FALSE(*IsLoopbackAddress(a)) << a;
+  for (const char* a : {"", "localhost", "127.0.0.1:9464", "1.2.3", "[::1]", "300.0.0.1"}) {
+    auto r = IsLoopbackAddress(a);
+    ASSERT_FALSE(r.ok()) << a;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << a;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "--metrics_address")) << r.status();
+  }
+  EXPECT_EQ(HostPort("127.0.0.1", 9464), "127.0.0.1:9464");
+  EXPECT_EQ(HostPort("::1", 9464), "[::1]:9464");
+}
+
+// An address that cannot be bound (here: a port another socket holds) is an
+// error naming the address, the port and the errno text.
+TEST(MetricsAddressTest, UnbindableAddressNamesAddressPortAndErrno) {
+  MetricsHttpOptions o;
+  o.address = "127.0.0.1";
+  auto first = MetricsHttpServer::Start(o, [] { return std::string(); });
+  ASSERT_TRUE(first.ok()) << first.status();
+  o.port = (*first)->port();
+  auto second = MetricsHttpServer::Start(o, [] { return std::string(); });
+  ASSERT_FALSE(second.ok());
+  const std::string msg(second.status().message());
+  EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("127.0.0.1:", o.port))) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, strerror(EADDRINUSE))) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "--metrics_address")) << msg;
+  o.address = "not-an-address";
+  auto bad = MetricsHttpServer::Start(o, [] { return std::string(); });
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PrometheusTest, LatencyRowsForStats) {

@@ -2,7 +2,9 @@
 // namespaces, request latency) and protobuf-to-JSON conversion.
 #include <cstdio>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
@@ -32,13 +34,81 @@ std::string Micros(double us) {
   return absl::StrFormat("%.2fs", us / 1e6);
 }
 
+namespace {
+
+using google::protobuf::Descriptor;
+using google::protobuf::FieldDescriptor;
+
+bool Is64BitInteger(const FieldDescriptor& f) {
+  switch (f.cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT64:
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// One value the JSON mapping wrote as a decimal string back to a number
+// (nlohmann keeps int64/uint64 exact). A value that is not a decimal string
+// is left as it is.
+void NumberFromString(const FieldDescriptor& f, nlohmann::json& v) {
+  if (!v.is_string()) return;
+  const std::string& text = v.get_ref<const std::string&>();
+  if (f.cpp_type() == FieldDescriptor::CPPTYPE_UINT64) {
+    uint64_t u = 0;
+    if (absl::SimpleAtoi(text, &u)) v = u;
+  } else {
+    int64_t i = 0;
+    if (absl::SimpleAtoi(text, &i)) v = i;
+  }
+}
+
+void Numbers64(const Descriptor& d, nlohmann::json& j);
+
+// `v` is the JSON of field `f` (one element, or one map value: `f` is then
+// the map's value field).
+void Numbers64Value(const FieldDescriptor& f, nlohmann::json& v) {
+  if (f.cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) Numbers64(*f.message_type(), v);
+  else if (Is64BitInteger(f)) NumberFromString(f, v);
+}
+
+// Walks `j` with the message's descriptor: the field names tell which
+// strings are 64-bit integers (a string-typed field holding digits, a
+// namespace named "123", must stay a string).
+void Numbers64(const Descriptor& d, nlohmann::json& j) {
+  if (!j.is_object()) return;
+  for (int i = 0; i < d.field_count(); ++i) {
+    const FieldDescriptor& f = *d.field(i);
+    auto it = j.find(f.name());
+    if (it == j.end()) continue;
+    if (f.is_map()) {
+      const FieldDescriptor& value = *f.message_type()->map_value();
+      if (it->is_object())
+        for (auto& [key, v] : it->items()) Numbers64Value(value, v);
+    } else if (f.is_repeated()) {
+      if (it->is_array())
+        for (auto& v : *it) Numbers64Value(f, v);
+    } else {
+      Numbers64Value(f, *it);
+    }
+  }
+}
+
+}  // namespace
+
 nlohmann::json ToJson(const google::protobuf::Message& m) {
   std::string text;
   google::protobuf::util::JsonPrintOptions o;
   o.always_print_primitive_fields = true;
   o.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(m, &text, o);
-  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // The protobuf JSON mapping writes 64-bit integers as strings (for
+  // JavaScript's doubles), and JsonPrintOptions has no switch for it; counters
+  // are numbers to jq and to scripts, so they are turned back into numbers.
+  Numbers64(*m.GetDescriptor(), j);
+  return j;
 }
 
 void PrintJson(const nlohmann::json& j) { std::printf("%s\n", j.dump(2).c_str()); }

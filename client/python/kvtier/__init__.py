@@ -28,4 +28,5 @@ TIERS = ("hbm", "host", "nvme", "remote")
 # GET policies: read every present page / only pages in RAM now / wait up to timeout_ms.
 GET_POLICIES = ("wait", "best_effort", "timeout")
 
-__version__ = "0.1.0"
+# CMake's project(VERSION), compiled into the extension: one version source.
+__version__ = _native.__version__

@@ -10,6 +10,9 @@ PYBIND11_MODULE(_native, m) {
   kvtier::py::BindBuffers(m);
   kvtier::py::BindClient(m);
   kvtier::py::BindDevice(m);
+  // The one version of the project (CMake's project(VERSION)), so the
+  // package, the programs and the .deb never disagree.
+  m.attr("__version__") = KVTIER_VERSION;
   m.def("default_endpoint", &kvtier::DefaultEndpoint,
         "The endpoint a Client uses without one ($KVTIER_ENDPOINT, else the default socket).");
 }
