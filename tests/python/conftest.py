@@ -201,3 +201,13 @@ def kvtierd_factory():
 def kvtierd(kvtierd_factory):
     """A default daemon: one token-less admin tenant `default`, host tier only."""
     return kvtierd_factory()
+
+
+@pytest.fixture
+def engine(request):
+    """An engine stand-in (tests/python/standins/<request.param>.py, e.g.
+    "vllm_v0_11_1") installed in sys.modules for one test, with the kvtier
+    connectors imported afresh against it; parametrize with indirect=True."""
+    from standins import installed
+    with installed(request.param) as standin:
+        yield standin

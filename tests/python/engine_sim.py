@@ -1,6 +1,8 @@
 # Test helper: drives kvtier's vLLM connector with the call sequence of vLLM
-# v0.11.x's Scheduler and GPUModelRunner (prefill only, no local prefix cache),
-# over real per-layer KV tensors shaped like FlashAttention's. Its "model"
+# v0.11.1's Scheduler and GPUModelRunner (prefill only, no local prefix cache),
+# over real per-layer KV tensors shaped as the chosen attention backend shapes
+# them (FlashAttention or FlashInfer), with the classes of one vLLM stand-in
+# (tests/python/standins/vllm_v*.py, installed by the caller). Its "model"
 # writes KV that depends on the whole token prefix, as a real one does, so a
 # restored page can be checked byte for byte against a recomputation.
 import hashlib
@@ -9,9 +11,6 @@ from types import SimpleNamespace
 
 import torch
 
-from kvtier.integrations import vllm as kv_vllm
-from kvtier.integrations._vllm_standin import (CachedRequestData, KVCacheBlocks, KVConnectorOutput,
-                                               KVConnectorRole, NewRequestData, SchedulerOutput)
 
 NONE_HASH = hashlib.sha256(b"PYTHONHASHSEED=0").digest()  # vLLM seeds its chain like this
 
@@ -56,8 +55,16 @@ class SimModelConfig:
 
 
 def sim_vllm_config(layers=4, kv_heads=2, head_dim=64, block_size=16, dtype=torch.float16,
-                    extra=None):
+                    extra=None, engine=None, backend=None):
+    """A VllmConfig with what the connector reads. With `engine` (a vLLM
+    stand-in) and `backend` (its attention backend class), every layer is
+    registered in static_forward_context as vLLM registers Attention layers."""
+    layers_ctx = {}
+    if backend is not None:
+        layers_ctx = {f"model.layers.{i}.self_attn.attn": engine.Attention(backend)
+                      for i in range(layers)}
     return SimpleNamespace(
+        compilation_config=SimpleNamespace(static_forward_context=layers_ctx),
         model_config=SimModelConfig(layers, kv_heads, head_dim, dtype),
         cache_config=SimpleNamespace(block_size=block_size, cache_dtype="auto"),
         parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1, rank=0),
@@ -75,23 +82,33 @@ def reference_kv(tokens, pos, layer, kv_heads, head_dim, dtype):
 
 
 class VllmSim:
-    """One scheduler-side and one worker-side KvtierConnector in one process."""
+    """One scheduler-side and one worker-side KvtierConnector in one process,
+    with the classes of `engine` (a vLLM stand-in module) and KV tensors of
+    `backend`'s shape (default: FlashAttention's)."""
 
-    def __init__(self, vllm_config, num_blocks=64):
-        self.cfg = vllm_config
+    def __init__(self, vllm_config, engine, num_blocks=64, backend=None):
+        from kvtier.integrations import vllm as kv_vllm  # against the installed stand-in
+        self.cfg, self.v = vllm_config, engine
+        backend = backend or engine.FlashAttentionBackend
         mc, self.bs = vllm_config.model_config, vllm_config.cache_config.block_size
         self.H, self.D, self.dtype = mc._kv_heads, mc._head_dim, mc.dtype
         self.names = [f"model.layers.{i}.self_attn.attn" for i in range(mc._layers)]
-        self.kv = {n: torch.zeros(2, num_blocks, self.bs, self.H, self.D, dtype=self.dtype)
-                   for n in self.names}
-        self.sched = kv_vllm.KvtierConnector(vllm_config, KVConnectorRole.SCHEDULER)
-        self.work = kv_vllm.KvtierConnector(vllm_config, KVConnectorRole.WORKER)
+        shape = backend.get_kv_cache_shape(num_blocks, self.bs, self.H, self.D)
+        self.kv_first = shape[0] == 2 and shape[1] == num_blocks  # FlashAttention: (2, N, ...)
+        self.kv = {n: torch.zeros(shape, dtype=self.dtype) for n in self.names}
+        self.sched = kv_vllm.KvtierConnector(vllm_config, engine.KVConnectorRole.SCHEDULER)
+        self.work = kv_vllm.KvtierConnector(vllm_config, engine.KVConnectorRole.WORKER)
         self.work.register_kv_caches(self.kv)
         self.free = list(range(num_blocks))
         self.waiting, self.loading, self.ready = [], {}, []
         self.blocks, self.computed = {}, {}  # req id -> block ids / positions the model computed
         self.reqs = {}
         self.finished_ids, self.held = set(), set()  # finished since last step; blocks kept
+
+    def slot(self, name, block, pos):
+        """The (2, kv_heads, head_size) KV of one token slot, as a view."""
+        t = self.kv[name]
+        return t[:, block, pos] if self.kv_first else t[block, :, pos]
 
     # -- scheduler -------------------------------------------------------------
     def add(self, req):
@@ -113,28 +130,28 @@ class VllmSim:
                 continue  # vLLM leaves it waiting and asks again next step
             self.waiting.remove(req)
             ids = self._alloc(req.request_id, ext if is_async else req.num_tokens)
-            self.sched.update_state_after_alloc(req, KVCacheBlocks(ids), ext)
+            self.sched.update_state_after_alloc(req, self.v.KVCacheBlocks(ids), ext)
             if is_async:
                 self.loading[req.request_id] = ext
                 continue
             req.num_computed_tokens = ext
-            new.append(NewRequestData(req.request_id, req.prompt_token_ids, (ids,), ext))
+            new.append(self.v.NewRequestData(req.request_id, req.prompt_token_ids, (ids,), ext))
             sched[req.request_id] = req.num_tokens - ext
         for req_id, done in self.ready:
             req = self.reqs[req_id]
             ids = self._alloc(req_id, req.num_tokens)
-            self.sched.update_state_after_alloc(req, KVCacheBlocks(ids), 0)
+            self.sched.update_state_after_alloc(req, self.v.KVCacheBlocks(ids), 0)
             req.num_computed_tokens = done
-            new.append(NewRequestData(req_id, req.prompt_token_ids, (ids,), done))
+            new.append(self.v.NewRequestData(req_id, req.prompt_token_ids, (ids,), done))
             sched[req_id] = req.num_tokens - done
         self.ready = []
-        return new, CachedRequestData(), sched
+        return new, self.v.CachedRequestData(), sched
 
     # -- worker (the model runner) -----------------------------------------------
     def _forward(self, layer, name, req_id, start, end):
         req, ids = self.reqs[req_id], self.blocks[req_id]
         for p in range(start, end):
-            self.kv[name][:, ids[p // self.bs], p % self.bs] = reference_kv(
+            self.slot(name, ids[p // self.bs], p % self.bs)[...] = reference_kv(
                 req.all_token_ids, p, layer, self.H, self.D, self.dtype)
             self.computed.setdefault(req_id, set()).add(p)
 
@@ -146,7 +163,7 @@ class VllmSim:
         out = {"matched": {}, "recving": set(), "sending": set(), "errors": set()}
         finished, self.finished_ids = self.finished_ids, set()
         new, cached, sched = self._schedule(out)
-        so = SchedulerOutput(new, cached, sched, sum(sched.values()))
+        so = self.v.SchedulerOutput(new, cached, sched, sum(sched.values()))
         meta = self.sched.build_connector_meta(so)
         if on_worker_start is not None:
             on_worker_start()
@@ -161,9 +178,11 @@ class VllmSim:
                 self._forward(layer, name, req_id, start, end)
             self.work.save_kv_layer(name, self.kv[name], None)
         self.work.wait_for_save()
-        sending, recving = self.work.get_finished(finished)
-        out["recving"], out["sending"] = recving or set(), sending or set()
-        out["errors"] = self.work.get_block_ids_with_load_errors()
+        # What this version's model runner asks the connector after the step.
+        kv_out = self.v.kv_connector_output(self.work, finished)
+        out["recving"] = kv_out.finished_recving or set()
+        out["sending"] = kv_out.finished_sending or set()
+        out["errors"] = getattr(kv_out, "invalid_block_ids", set())
         self.work.clear_connector_metadata()
         self._update_from_output(out, runs)
         return out
@@ -171,7 +190,7 @@ class VllmSim:
     def _update_from_output(self, out, runs):
         """vLLM's reaction: finished loads wake their request; a failed block
         rolls the request back to it, and the model recomputes from there."""
-        self.sched.update_connector_output(KVConnectorOutput(
+        self.sched.update_connector_output(self.v.KVConnectorOutput(
             finished_sending=out["sending"], finished_recving=out["recving"],
             invalid_block_ids=out["errors"]))
         for req_id in out["sending"]:  # the connector no longer needs them
@@ -193,8 +212,9 @@ class VllmSim:
         """The step vLLM schedules after a failed load: the request again, as a
         cached request from `start` (its saves follow)."""
         req = self.reqs[req_id]
-        cached = CachedRequestData([req_id], [False], [[]], [None], [start])
-        so = SchedulerOutput([], cached, {req_id: req.num_tokens - start}, req.num_tokens - start)
+        cached = self.v.CachedRequestData.of([req_id], set(), [None], [start])
+        so = self.v.SchedulerOutput([], cached, {req_id: req.num_tokens - start},
+                                    req.num_tokens - start)
         meta = self.sched.build_connector_meta(so)
         self.work.bind_connector_metadata(meta)
         self.work.start_load_kv(None)
@@ -220,7 +240,7 @@ class VllmSim:
     # -- checks -----------------------------------------------------------------
     def tokens_kv(self, req_id, layer, start, end):
         ids, name = self.blocks[req_id], self.names[layer]
-        return torch.stack([self.kv[name][:, ids[p // self.bs], p % self.bs]
+        return torch.stack([self.slot(name, ids[p // self.bs], p % self.bs)
                             for p in range(start, end)])
 
     def expected_kv(self, req_id, layer, start, end):

@@ -1,11 +1,12 @@
-# kvtier.integrations.sglang.KvtierStorage driven the way SGLang v0.5.x's
-# HiCacheController drives a `dynamic` storage backend with interface_v1
-# (backup: batch_set_v1; prefetch: batch_exists, then batch_get_v1), against
-# its MHA host pool layouts and a real kvtierd. Without sglang installed the
-# backend subclasses the local stand-in of HiCacheStorage: these tests check
-# it against SGLang's interface, not against the engine (see the last test).
+# kvtier.integrations.sglang.KvtierStorage driven the way SGLang's
+# HiCacheController drives a `dynamic` storage backend (backup: batch_set_v1 /
+# batch_set; prefetch: batch_exists, then batch_get_v1 / batch_get), against
+# its MHA host pool layouts and a real kvtierd, once per SGLang version: each
+# test runs against that version's stand-in (tests/python/standins/sglang_v*.py,
+# built from its source). These check the backend against SGLang's interface,
+# not inside the engine.
 import hashlib
-import importlib
+import logging
 import signal
 
 import pytest
@@ -13,9 +14,37 @@ import pytest
 torch = pytest.importorskip("torch", reason="the SGLang backend needs torch")
 
 import kvtier  # noqa: E402
-from kvtier.integrations import sglang as kv_sglang  # noqa: E402
-from kvtier.integrations._sglang_standin import (HiCacheStorageConfig,  # noqa: E402
-                                                 HiCacheStorageExtraInfo, MHATokenToKVPoolHost)
+from standins import installed  # noqa: E402
+
+# Versions whose controller calls the v1 (zero-copy) methods: every test runs
+# against each. v0.5.5 (v0 only) has its own tests at the end.
+V1_VERSIONS = ["sglang_v0_5_6", "sglang_v0_5_6_post1"]
+
+# Set by the `sglang` fixture for the version under test.
+kv_sglang = ENGINE = HiCacheStorageConfig = HiCacheStorageExtraInfo = MHATokenToKVPoolHost = None
+
+
+def _use(standin):
+    global kv_sglang, ENGINE, HiCacheStorageConfig, HiCacheStorageExtraInfo, MHATokenToKVPoolHost
+    from kvtier.integrations import sglang as module
+    kv_sglang, ENGINE = module, standin
+    HiCacheStorageConfig = standin.HiCacheStorageConfig
+    HiCacheStorageExtraInfo = standin.HiCacheStorageExtraInfo
+    MHATokenToKVPoolHost = standin.MHATokenToKVPoolHost
+
+
+@pytest.fixture(autouse=True, params=V1_VERSIONS)
+def sglang(request):
+    with installed(request.param) as standin:
+        _use(standin)
+        yield standin
+    _use_none()
+
+
+def _use_none():
+    global kv_sglang, ENGINE
+    kv_sglang = ENGINE = None
+
 
 PAGE, LAYERS, HEADS, DIM = 16, 4, 2, 64
 BATCH = 128  # STORAGE_BATCH_SIZE: pages per storage call
@@ -55,9 +84,7 @@ def create_backend(d, pool, **extra):
     cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, is_mla_model=False,
                                is_page_first_layout=pool.layout == "page_first",
                                model_name="sim/llama-gqa", extra_config=extra)
-    cls = getattr(importlib.import_module(extra["module_path"]), extra["class_name"])
-    assert issubclass(cls, kv_sglang.HiCacheStorage)
-    backend = cls(cfg, {})
+    backend = ENGINE.create_dynamic_backend(cfg)
     backend.register_mem_pool_host(pool)
     return backend
 
@@ -238,10 +265,112 @@ def test_hostile_inputs_give_clear_exceptions(kvtierd):
         kv_sglang.KvtierStorage(mla, {})
 
 
-def test_with_the_real_sglang():
-    try:
-        from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
-    except ImportError:
-        pytest.skip("sglang is not installed: KvtierStorage was tested only against the local "
-                    "stand-in of SGLang v0.5.x's HiCacheStorage and host pool, not the engine")
-    assert kv_sglang.SGLANG_AVAILABLE and issubclass(kv_sglang.KvtierStorage, HiCacheStorage)
+
+
+# -- what differs between SGLang versions, and parents ------------------------------
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_first"])
+def test_v0_5_5_runs_v0_even_with_interface_v1_and_accepts_layer_first(kvtierd, layout, caplog):
+    """SGLang v0.5.5's controller calls a dynamic backend's v0 methods whatever
+    interface_v1 says. The backend says so at start, accepts the layouts v0
+    takes (layer_first too), and a backup then a prefetch through that
+    controller restore the exact bytes."""
+    with installed("sglang_v0_5_5") as v055:
+        _use(v055)
+        pool = make_pool(layout)
+        with caplog.at_level(logging.WARNING, logger="kvtier.integrations.sglang"):
+            backend = create_backend(kvtierd, pool)  # asks for interface_v1
+        assert "calls the v0 interface" in caplog.text and "0.5.5" in caplog.text
+        assert backend.interface_v1 is False
+        ctl = v055.HiCacheController(backend, pool, backend_extra(kvtierd))
+        assert ctl.interface == "v0"
+        hashes = page_hashes(list(range(4 * PAGE)))
+        want = [page_bytes(pool, p) for p in range(4)]
+        assert ctl.write_storage(indices(range(4)), hashes) == 4 * PAGE
+        assert ctl.prefetch(hashes, indices(range(10, 14))) == 4
+        assert all(torch.equal(page_bytes(pool, 10 + i), w) for i, w in enumerate(want))
+
+
+def backend_extra(d, **extra):
+    return {"backend_name": "kvtier", "module_path": "kvtier.integrations.sglang",
+            "class_name": "KvtierStorage", "interface_v1": 1, "endpoint": d.endpoint, **extra}
+
+
+def test_v0_5_6_calls_v1_through_its_controller(kvtierd):
+    pool = make_pool()
+    backend = create_backend(kvtierd, pool)
+    ctl = ENGINE.HiCacheController(backend, pool, backend_extra(kvtierd))
+    assert ctl.interface == "v1" and backend.zero_copy
+    hashes = page_hashes(list(range(3 * PAGE)))
+    want = [page_bytes(pool, p) for p in range(3)]
+    assert ctl.write_storage(indices(range(3)), hashes) == 3 * PAGE
+    assert ctl.prefetch(hashes, indices(range(20, 23))) == 3
+    assert all(torch.equal(page_bytes(pool, 20 + i), w) for i, w in enumerate(want))
+
+
+class ParentSpy:
+    """Records the parent of each PUT the backend sends (put_chain's)."""
+
+    def __init__(self, monkeypatch):
+        self.parents = []
+        real = kv_sglang.put_chain
+
+        def spy(client, keys, buffer_id, offsets, parent=None):
+            self.parents.append(parent)
+            return real(client, keys, buffer_id, offsets, parent)
+        monkeypatch.setattr(kv_sglang, "put_chain", spy)
+
+
+def v_part(backend, page_hash):
+    return backend._part_keys([page_hash])[1]
+
+
+def test_pages_get_the_right_parent_with_and_without_prefix_keys(kvtierd, monkeypatch):
+    """Backups in batches of 2 pages through the controller. With
+    hicache_storage_pass_prefix_keys SGLang passes the pages before: a batch's
+    first page hangs under the last of them. From the root it passes [] to
+    every batch: only the first batch is a prompt's start, the next ones hang
+    under the batch before. Without the flag (None) the parent is not known:
+    never stored as a prompt's first page, but under a key no page has."""
+    pool = make_pool()
+    backend = create_backend(kvtierd, pool)
+    spy = ParentSpy(monkeypatch)
+    ctl = ENGINE.HiCacheController(backend, pool, backend_extra(kvtierd), storage_batch_size=2)
+    h = page_hashes(list(range(8 * PAGE)))
+
+    ctl.write_storage(indices(range(5)), h[:5], prefix_keys=[])  # a root node, flag on
+    assert spy.parents == [None, v_part(backend, h[1]), v_part(backend, h[3])]
+
+    spy.parents.clear()
+    ctl.write_storage(indices(range(5, 8)), h[5:8], prefix_keys=list(h[:5]))  # a child node
+    assert spy.parents == [v_part(backend, h[4]), v_part(backend, h[6])]
+
+    spy.parents.clear()
+    ctl.write_storage(indices(range(3)), h[:3], prefix_keys=None)  # flag off
+    unknown = backend._unknown_parent
+    assert spy.parents == [unknown, unknown] and unknown is not None
+    assert unknown not in backend._part_keys(h)
+
+    spy.parents.clear()  # a new root backup after another one: a prompt's start again
+    ctl.write_storage(indices(range(2)), h[:2], prefix_keys=[])
+    assert spy.parents == [None]
+    # Whatever the parents, the pages are all there and load.
+    assert ctl.prefetch(h, indices(range(10, 18))) == 8
+
+
+def test_v0_batch_set_never_stores_a_prompt_start_it_cannot_know(kvtierd, monkeypatch):
+    with installed("sglang_v0_5_5") as v055:
+        _use(v055)
+        pool = make_pool("layer_first")
+        backend = create_backend(kvtierd, pool, interface_v1=0)
+        spy = ParentSpy(monkeypatch)
+        ctl = v055.HiCacheController(backend, pool, backend_extra(kvtierd, interface_v1=0))
+        h = page_hashes(list(range(2 * PAGE)))
+        ctl.write_storage(indices(range(2)), h, prefix_keys=[])  # v0 gets no prefix keys
+        assert spy.parents == [backend._unknown_parent]
+
+
+def test_importing_the_backend_without_sglang_names_sglang_and_its_versions():
+    with installed("no_engine"):
+        with pytest.raises(ImportError, match=r"needs SGLang installed.*v0\.5\.6"):
+            from kvtier.integrations import sglang  # noqa: F401

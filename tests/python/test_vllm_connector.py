@@ -1,10 +1,12 @@
-# kvtier.integrations.vllm.KvtierConnector driven with vLLM v0.11.x's call
-# sequence (tests/python/engine_sim.py) over FlashAttention-shaped KV tensors,
-# against a real kvtierd. Without vllm installed the connector subclasses the
-# local stand-in of KVConnectorBase_V1: these tests check the connector against
-# vLLM's interface, not against the engine itself (see the last test).
+# kvtier.integrations.vllm.KvtierConnector driven with vLLM's call sequence
+# (tests/python/engine_sim.py) over KV tensors shaped as FlashAttention and
+# FlashInfer shape them, against a real kvtierd, once per vLLM version the
+# connector supports: each test runs against that version's stand-in
+# (tests/python/standins/vllm_v*.py, built from its source). These check the
+# connector against vLLM's interface, not inside the engine (see the last test).
 import signal
 import threading
+import warnings
 
 import pytest
 
@@ -12,19 +14,44 @@ torch = pytest.importorskip("torch", reason="the vLLM connector needs torch")
 
 import kvtier  # noqa: E402
 from engine_sim import SimRequest, VllmSim, sim_vllm_config  # noqa: E402
-from kvtier.integrations import vllm as kv_vllm  # noqa: E402
 from kvtier.integrations._vllm_scheduler import PageSpec  # noqa: E402
-from kvtier.integrations._vllm_standin import KVConnectorRole  # noqa: E402
+from standins import installed  # noqa: E402
+
+# The stand-ins of the vLLM versions the connector supports; every test runs
+# against each. v0.11.0 is refused (test_vllm_v0_11_0_is_refused_at_start).
+SUPPORTED = ["vllm_v0_11_1"]
+
+# Set by the `vllm` fixture for the version under test: the connector module
+# imported against that version's stand-in, the stand-in, and its roles.
+kv_vllm = ENGINE = KVConnectorRole = None
+
+
+@pytest.fixture(autouse=True, params=SUPPORTED)
+def vllm(request):
+    global kv_vllm, ENGINE, KVConnectorRole
+    with installed(request.param) as standin:
+        from kvtier.integrations import vllm as module
+        kv_vllm, ENGINE, KVConnectorRole = module, standin, standin.KVConnectorRole
+        standin.TP_RANK[0] = 0
+        yield standin
+    kv_vllm = ENGINE = KVConnectorRole = None
+
 
 BS = 16
 PROMPT = list(range(1000, 1100))  # 100 tokens: 6 full blocks
 SHARED = PROMPT[:80] + list(range(5000, 5030))  # shares 5 blocks with PROMPT
 
 
-def make_sim(d, dtype=torch.float16, k=1, load_async=False, **extra):
+def make_sim(d, dtype=torch.float16, k=1, load_async=False, backend=None, registered=False,
+             num_blocks=64, **extra):
+    """A simulated engine over `backend`'s KV shape (default FlashAttention);
+    `registered`: its Attention layers are in static_forward_context, so the
+    connector can ask the backend for the layout (else it reads the shape)."""
+    backend = backend or ENGINE.FlashAttentionBackend
     cfg = sim_vllm_config(dtype=dtype, extra=dict(endpoint=d.endpoint, blocks_per_page=k,
-                                                  load_async=load_async, **extra))
-    return VllmSim(cfg)
+                                                  load_async=load_async, **extra),
+                          engine=ENGINE, backend=backend if registered else None)
+    return VllmSim(cfg, ENGINE, num_blocks=num_blocks, backend=backend)
 
 
 def run_until_scheduled(sim, req_id, steps=6):
@@ -219,13 +246,17 @@ def test_a_request_aborted_during_its_load_keeps_its_blocks_until_the_load_ends(
 
 
 def test_tensor_parallel_ranks_store_their_own_pages_and_count_together(kvtierd):
-    def config(rank):
+    def config():
         cfg = sim_vllm_config(extra={"endpoint": kvtierd.endpoint})
-        cfg.parallel_config.tensor_parallel_size, cfg.parallel_config.rank = 2, rank
+        cfg.parallel_config.tensor_parallel_size = 2
         return cfg
 
-    sched = kv_vllm.KvtierConnector(config(0), KVConnectorRole.SCHEDULER)
-    workers = [kv_vllm.KvtierConnector(config(r), KVConnectorRole.WORKER) for r in (0, 1)]
+    def worker(rank):  # vLLM's get_tensor_model_parallel_rank() in that worker
+        ENGINE.TP_RANK[0] = rank
+        return kv_vllm.KvtierConnector(config(), KVConnectorRole.WORKER)
+
+    sched = kv_vllm.KvtierConnector(config(), KVConnectorRole.SCHEDULER)
+    workers = [worker(r) for r in (0, 1)]
     req = SimRequest("A", PROMPT, BS)
     saves = [("A", [PageSpec(h, req.block_hashes[i - 1] if i else None, [i])
                     for i, h in enumerate(req.block_hashes)])]
@@ -266,8 +297,9 @@ def test_hostile_inputs_give_clear_exceptions(kvtierd):
 
     with pytest.raises(TypeError, match="dtype"):
         worker().register_kv_caches({n: t.to(torch.int8) for n, t in kv.items()})
-    with pytest.raises(ValueError, match="not contiguous"):
-        worker().register_kv_caches({n: t.transpose(2, 3) for n, t in kv.items()})
+    with pytest.raises(ValueError, match="not contiguous"):  # vLLM's HND stride order
+        worker().register_kv_caches({n: torch.zeros(2, 8, 2, BS, 64).half().transpose(2, 3)
+                                     for n in kv})
     with pytest.raises(ValueError, match="model config"):  # 4 kv heads, the model has 2
         worker().register_kv_caches({n: torch.zeros(2, 8, BS, 4, 32).half() for n in kv})
     with pytest.raises(ValueError, match="unknown kv_connector_extra_config"):
@@ -294,10 +326,127 @@ def test_hostile_inputs_give_clear_exceptions(kvtierd):
     w.shutdown()
 
 
-def test_with_the_real_vllm():
+
+
+# -- what differs between vLLM versions ------------------------------------------
+
+def test_vllm_v0_11_0_is_refused_at_start(kvtierd):
+    """v0.11.0's workers never ask a connector which loads failed (no
+    get_block_ids_with_load_errors, no KVConnectorOutput.invalid_block_ids):
+    a failed load would leave stale KV under tokens the scheduler counts as
+    computed. The connector refuses to start there, naming the version."""
+    with installed("vllm_v0_11_0") as v0110:
+        from kvtier.integrations import vllm as conn
+        cfg = sim_vllm_config(extra={"endpoint": kvtierd.endpoint})
+        for role in v0110.KVConnectorRole:
+            with pytest.raises(RuntimeError, match=r"vLLM >= v0\.11\.1.*0\.11\.0"):
+                conn.KvtierConnector(cfg, role)
+
+
+def test_a_failed_load_reaches_the_scheduler_as_invalid_block_ids(kvtierd):
+    """v0.11.1: a page that does not arrive (here: deleted between the lookup
+    and the load) is reported by get_block_ids_with_load_errors, vLLM's model
+    runner puts it in KVConnectorOutput.invalid_block_ids, and the engine
+    recomputes from that block: the model never attends over a block whose
+    load failed."""
+    sim = make_sim(kvtierd, lease_ms=0)  # no lease: a DELETE can take a counted page
     try:
-        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorBase_V1
-    except ImportError:
-        pytest.skip("vllm is not installed: KvtierConnector was tested only against the "
-                    "local stand-in of vLLM v0.11.x's KVConnectorBase_V1, not the engine")
-    assert kv_vllm.VLLM_AVAILABLE and issubclass(kv_vllm.KvtierConnector, KVConnectorBase_V1)
+        run_prompt(sim, "A", PROMPT)
+        sim.add(SimRequest("B", SHARED, BS))
+        sim.step()
+        sim.wait_lookups()  # B's 5 pages counted
+        page3 = sim.sched.keyspace.keys([sim.reqs["B"].block_hashes[3]], 0)
+        assert kvtier.Client(kvtierd.endpoint).delete(page3) == 1
+        out = sim.step()
+        assert out["matched"]["B"] == 80
+        assert out["errors"] == {sim.blocks["B"][3]}  # invalid_block_ids of this step
+        assert sim.work.worker.stats["pages_load_failed"] == 1
+        assert min(sim.computed["B"]) == 48  # recomputed from the failed block on
+        for layer in range(4):
+            assert torch.equal(sim.tokens_kv("B", layer, 0, 110),
+                               sim.expected_kv("B", layer, 0, 110))
+    finally:
+        sim.close()
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_flashinfer_layout_is_detected_and_pages_match_flash_attention(kvtierd, registered):
+    """FlashInfer's KV tensor is (num_blocks, 2, block_size, heads, head_size).
+    The connector asks the backend (registered: its Attention layers are in
+    static_forward_context) or reads the shape; either way a page saved from
+    a FlashInfer engine is the same object, byte for byte, as one saved from
+    a FlashAttention engine."""
+    fi = make_sim(kvtierd, backend=ENGINE.FlashInferBackend, registered=registered)
+    try:
+        assert tuple(fi.kv[fi.names[0]].shape) == (64, 2, BS, 2, 64)
+        run_prompt(fi, "A", PROMPT)
+        assert fi.work.worker.stats["pages_saved"] == 6
+    finally:
+        fi.close()
+    fa = make_sim(kvtierd, registered=registered)  # FlashAttention loads what FlashInfer saved
+    try:
+        outs = run_prompt(fa, "B", SHARED)
+        assert [o["matched"].get("B") for o in outs if o["matched"].get("B")] == [80]
+        for layer in range(4):
+            assert torch.equal(fa.tokens_kv("B", layer, 0, 110),
+                               fa.expected_kv("B", layer, 0, 110))
+    finally:
+        fa.close()
+
+
+def test_an_ambiguous_kv_shape_is_refused_naming_kv_dims(kvtierd):
+    """Two blocks make FlashAttention's and FlashInfer's shapes alike; with no
+    backend to ask, the connector refuses instead of guessing, and kv_dims
+    settles it."""
+    with pytest.raises(ValueError, match="kv_dims"):
+        make_sim(kvtierd, backend=ENGINE.FlashInferBackend, num_blocks=2)
+    sim = make_sim(kvtierd, backend=ENGINE.FlashInferBackend, num_blocks=2, kv_dims="B2THD")
+    sim.close()
+    with pytest.raises(ValueError, match="dims must order"):
+        make_sim(kvtierd, kv_dims="2BTXD")
+
+
+class ResumedIdsCachedRequestData:
+    """CachedRequestData of vLLM after v0.11.1: `resumed_req_ids` (a set) is
+    the field (vllm/v1/core/sched/output.py on main, read at commit
+    00e8f1fd0936), and for a while the old list stayed as a property that
+    warns on every read. No vLLM tag with it was a stand-in here."""
+
+    def __init__(self, req_ids, resumed_req_ids, new_block_ids, num_computed_tokens):
+        self.req_ids, self.resumed_req_ids = list(req_ids), set(resumed_req_ids)
+        self.new_token_ids, self.new_block_ids = [], list(new_block_ids)
+        self.num_computed_tokens = list(num_computed_tokens)
+
+    @property
+    def resumed_from_preemption(self):
+        warnings.warn("use resumed_req_ids field", DeprecationWarning, stacklevel=2)
+        return [r in self.resumed_req_ids for r in self.req_ids]
+
+
+@pytest.mark.parametrize("cached_type", ["v0_11_1", "resumed_req_ids"])
+def test_a_resumed_request_takes_its_new_blocks_without_a_deprecation_warning(kvtierd,
+                                                                              cached_type):
+    sim = make_sim(kvtierd)
+    try:
+        run_prompt(sim, "A", PROMPT)
+        # A (all 100 tokens computed, 6 pages saved) is preempted and resumes
+        # on other blocks, from token 0: its pages are already in kvtier, so
+        # nothing is saved again, and the connector's view of its blocks is
+        # replaced, not extended.
+        new_blocks = list(range(40, 47))
+        make = (ENGINE.CachedRequestData.of if cached_type == "v0_11_1"
+                else ResumedIdsCachedRequestData)
+        cached = make(["A"], {"A"}, [(new_blocks,)], [0])
+        so = ENGINE.SchedulerOutput([], cached, {"A": 100}, 100)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            sim.sched.build_connector_meta(so)
+        assert sim.sched.scheduler._reqs["A"].block_ids == new_blocks
+    finally:
+        sim.close()
+
+
+def test_importing_the_connector_without_vllm_names_vllm_and_its_versions():
+    with installed("no_engine"):  # neither vllm nor sglang importable
+        with pytest.raises(ImportError, match=r"needs vLLM installed.*v0\.11\.1"):
+            from kvtier.integrations import vllm  # noqa: F401

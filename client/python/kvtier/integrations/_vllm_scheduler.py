@@ -1,4 +1,4 @@
-# The scheduler half of KvtierConnector (vLLM v0.11.x call sequence per step:
+# The scheduler half of KvtierConnector (vLLM v0.11.1 call sequence per step:
 # get_num_new_matched_tokens -> update_state_after_alloc -> build_connector_meta;
 # request_finished at the end). It never blocks on the daemon: lookups are
 # asynchronous and leased, and the counts it gives are of leased pages only.
@@ -23,11 +23,15 @@ class PageSpec:
 
 def _resumed(cached, i, req_id):
     """Whether a cached request resumes from preemption (its new_block_ids are
-    then all its blocks): a list in v0.11, a set of ids in later versions."""
-    flags = getattr(cached, "resumed_from_preemption", None)
-    if flags is not None:
-        return bool(flags[i])
-    return req_id in getattr(cached, "resumed_req_ids", ())
+    then all its blocks). vLLM v0.11.1 says so in a list of flags,
+    `resumed_from_preemption`; later versions in a set of ids,
+    `resumed_req_ids`, keeping the list for a while as a deprecated property
+    that warns on every read. The set is asked first, so the property is
+    only read where it is the field."""
+    ids = getattr(cached, "resumed_req_ids", None)
+    if ids is not None:
+        return req_id in ids
+    return bool(cached.resumed_from_preemption[i])
 
 
 @dataclass

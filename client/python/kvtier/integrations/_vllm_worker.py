@@ -1,4 +1,4 @@
-# The worker half of KvtierConnector (vLLM v0.11.x call sequence per step:
+# The worker half of KvtierConnector (vLLM v0.11.1 call sequence per step:
 # bind_connector_metadata -> start_load_kv -> wait_for_layer_load per layer ->
 # forward -> save_kv_layer per layer -> wait_for_save -> get_finished ->
 # get_block_ids_with_load_errors). GETs and PUTs run on one transfer thread,
@@ -26,8 +26,11 @@ def layer_order(names):
 
 
 class WorkerSide:
-    def __init__(self, cfg, keyspace, rank, expected_layout):
+    def __init__(self, cfg, keyspace, rank, expected_layout, kv_dims=None):
+        """kv_dims(layer_name, shape) -> the dims string of the layers' KV
+        tensors (the attention backend's layout); None: cfg.kv_dims as given."""
         self.cfg, self.keyspace, self.rank, self.expected = cfg, keyspace, rank, expected_layout
+        self._kv_dims = kv_dims or (lambda name, shape: cfg.kv_dims)
         self.client = self.mover = self.thread = None
         self.tracker = LoadTracker()
         self.tensors = {}
@@ -43,7 +46,9 @@ class WorkerSide:
         if not isinstance(kv_caches, dict) or not kv_caches:
             raise TypeError("register_kv_caches takes a non-empty dict of layer name -> tensor")
         names = layer_order(kv_caches)
-        kv = PagedKv([kv_caches[n] for n in names], self.cfg.kv_dims, self.cfg.blocks_per_page)
+        first = kv_caches[names[0]]
+        dims = self._kv_dims(names[0], tuple(getattr(first, "shape", ())))
+        kv = PagedKv([kv_caches[n] for n in names], dims, self.cfg.blocks_per_page)
         if self.expected is not None and kv.layout != self.expected:
             raise ValueError(f"the registered KV caches make pages of {kv.layout}, but the "
                              f"model config says {self.expected}: keys would not match")

@@ -1,14 +1,19 @@
 # kvtier as a SGLang HiCache L3 storage backend. Interface followed: SGLang
-# v0.5.x, python/sglang/srt/mem_cache/hicache_storage.py (HiCacheStorage), the
-# `dynamic` backend with interface_v1. Start SGLang with
+# v0.5.0 ... v0.5.6.post1, python/sglang/srt/mem_cache/hicache_storage.py
+# (HiCacheStorage), loaded by the `dynamic` backend. Start SGLang with
 #   --enable-hierarchical-cache --hicache-mem-layout page_first
 #   --hicache-storage-backend dynamic --hicache-storage-backend-extra-config
 #   '{"backend_name":"kvtier","module_path":"kvtier.integrations.sglang",
-#     "class_name":"KvtierStorage","interface_v1":1,"endpoint":"ipc:///run/kvtier/kvtierd.sock"}'
+#     "class_name":"KvtierStorage","interface_v1":1,
+#     "hicache_storage_pass_prefix_keys":true,"endpoint":"ipc:///run/kvtier/kvtierd.sock"}'
+# SGLang's cache controller calls the zero-copy v1 methods (batch_get_v1 /
+# batch_set_v1) of a dynamic backend only from v0.5.6; before, it calls the v0
+# methods (batch_get / batch_set) whatever interface_v1 says.
 # Each SGLang page is two kvtier objects, its K part and its V part: that is
 # how the host pool lays a page out (get_page_buffer_meta gives one pointer
 # each), so the daemon copies straight between them and the pool.
 import logging
+import re
 from typing import List
 
 import torch
@@ -18,27 +23,39 @@ import kvtier
 from .core import get_pages, put_chain
 from .paging import DTYPES, StagingBuffer, chunks
 
+SGLANG_VERSIONS_SUPPORTED = ("v0.5.0 ... v0.5.6.post1 (zero copy, interface_v1, from v0.5.6; "
+                             "older versions run the v0 interface)")
+V1_FROM = (0, 5, 6)  # the first SGLang whose dynamic backend honours interface_v1
+
 try:
-    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage  # noqa: F401
-    SGLANG_AVAILABLE = True
-except ImportError:
-    from ._sglang_standin import HiCacheStorage  # noqa: F401
-    SGLANG_AVAILABLE = False
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorage
+except ImportError as e:
+    raise ImportError(
+        f"kvtier.integrations.sglang is a SGLang HiCache storage backend and needs SGLang "
+        f"installed (supported: {SGLANG_VERSIONS_SUPPORTED}); importing SGLang failed: {e}"
+    ) from e
 
 log = logging.getLogger("kvtier.integrations.sglang")
-SGLANG_VERSION_FOLLOWED = "0.5.x"
 # Keys the dynamic loader reads from extra_config (ours are the rest).
 _LOADER_KEYS = {"backend_name", "module_path", "class_name", "interface_v1"}
 _OPTIONS = {"endpoint": None, "tenant": "default", "token": "", "timeout_ms": 10000,
             "lease_ms": 10000, "staging_pages": 64, "model_id": None}
 
 
+def sglang_version():
+    """SGLang's version as a tuple of ints (0, 5, 6); None when unknown."""
+    import sglang
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", str(getattr(sglang, "__version__", "")))
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
 def alloc_shm_host_buffer(dims, dtype, device="cpu", pin_memory=True, allocator=None):
     """What the integration needs from SGLang: its host KV pool must live where
     kvtierd can reach it. The daemon maps only shared memory (and CUDA IPC
     handles), while SGLang allocates the pool with torch (pinned). Allocated
-    with this function (in place of SGLang's ALLOC_MEMORY_FUNCS entry, the way
-    the mooncake backend supplies its own host allocator), the pool is a view of
+    with this function (in place of SGLang's ALLOC_MEMORY_FUNCS entry, which
+    exists from v0.5.6.post1; earlier versions allocate in the pool's
+    constructor, with no table to patch), the pool is a view of
     a kvtier.ShmBuffer, KvtierStorage registers it, and batch_get_v1 /
     batch_set_v1 copy nothing in Python. A stock pool still works, through a
     staging buffer (one more copy)."""
@@ -79,7 +96,7 @@ class KvtierStorage(HiCacheStorage):
             v = self.opts[name]
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"extra_config[{name!r}] = {v!r}: an int >= {low}")
-        self.interface_v1 = bool(extra.get("interface_v1", 0))
+        self.interface_v1 = self._interface_v1(bool(extra.get("interface_v1", 0)))
         if getattr(storage_config, "is_mla_model", False):
             raise NotImplementedError("KvtierStorage stores MHA host pools; MLA is not supported")
         model = self.opts["model_id"] or getattr(storage_config, "model_name", None)
@@ -88,6 +105,24 @@ class KvtierStorage(HiCacheStorage):
         self._deployment = (f"{model}|sglang|tp{storage_config.tp_rank}of"
                             f"{storage_config.tp_size}|pp{getattr(storage_config, 'pp_rank', 0)}")
         self.client = None
+        # The last full chain this backend stored: (the prefix_keys list it
+        # came with, the V part of its last page). See _parent.
+        self._last_set = None
+
+    @staticmethod
+    def _interface_v1(requested):
+        """Whether SGLang will call the v1 methods: only where its dynamic
+        backend honours interface_v1 (>= v0.5.6). Elsewhere it calls v0 and
+        the host layout need not be page-first."""
+        version = sglang_version()
+        if not requested or version is None or version >= V1_FROM:
+            if requested and version is None:
+                log.info("kvtier: SGLang's version is unknown; assuming it honours interface_v1")
+            return requested
+        log.warning("kvtier: SGLang %s calls the v0 interface of a dynamic backend whatever "
+                    "interface_v1 says (v1, zero copy, from v0.5.6): pages are copied through "
+                    "a staging buffer", ".".join(map(str, version)))
+        return False
 
     def register_mem_pool_host(self, mem_pool_host):
         if self.client is not None:
@@ -108,6 +143,10 @@ class KvtierStorage(HiCacheStorage):
         self.part_bytes = self.layout.page_bytes
         # page_first and page_first_direct order a part's bytes differently.
         self._model = f"{self._deployment}|{pool.layout}"
+        # The parent of pages whose parent SGLang did not say: a key no page
+        # has (see _parent).
+        self._unknown_parent = kvtier.external_keys(["unknown parent"],
+                                                    self._model + "|none", self.layout)[0]
         self.client = kvtier.Client(self.opts["endpoint"], tenant=self.opts["tenant"],
                                     token=self.opts["token"], layout=self.layout,
                                     timeout_ms=self.opts["timeout_ms"], client_name="sglang")
@@ -163,8 +202,37 @@ class KvtierStorage(HiCacheStorage):
         return [bool(parts_ok[2 * i] and parts_ok[2 * i + 1]) for i in range(len(parts_ok) // 2)]
 
     def _parent(self, extra_info):
+        """The kvtier parent of a batch's first page (its V part object, the
+        last object of the page before). SGLang says which page came before
+        only with hicache_storage_pass_prefix_keys (extra_info.prefix_keys:
+        the hashes of every page before the batch):
+        - a non-empty list: its last page;
+        - an empty list: the batch starts a prompt -- unless it continues the
+          batch this backend stored last with the same list: SGLang (v0.5.x
+          HiCacheController._page_backup) passes one list to every batch of a
+          backup and extends it only when it was not empty, so every batch of
+          a backup from the root comes with [];
+        - None (the flag unset, and every v0 batch_set): not known. The pages
+          are then stored under UNKNOWN_PARENT, a key no page has, never as a
+          prompt's first page. The daemon then cannot evict that chain's
+          ancestors after it (a suffix may outlive its prefix until LRU drops
+          it: space, never wrong bytes: a LOOKUP counts leading pages only)."""
         prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
-        return self._part_keys([prefix[-1]])[-1] if prefix else None
+        if prefix:
+            return self._part_keys([prefix[-1]])[-1]
+        if prefix is None:
+            return self._unknown_parent
+        last = self._last_set
+        if last is not None and last[0] is prefix:
+            return last[1]
+        return None
+
+    def _stored(self, extra_info, part_keys, kept):
+        """Remembers a whole batch stored with an empty prefix_keys list (for
+        the next batch of the same backup, see _parent)."""
+        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+        whole = bool(part_keys) and kept == len(part_keys)
+        self._last_set = (prefix, part_keys[-1]) if whole and prefix == [] else None
 
     # -- v1: zero copy against the host pool ---------------------------------------
     def batch_exists(self, keys, extra_info=None) -> int:
@@ -199,6 +267,7 @@ class KvtierStorage(HiCacheStorage):
             kept = put_chain(self.client, pk, bid, [off0 + o for o in offsets], parent)
         else:
             kept = self._put_via_staging(pk, self._pool_parts(offsets), parent)
+        self._stored(extra_info, pk, kept)
         return [2 * i + 1 < kept for i in range(len(keys))]
 
     # -- staging (a pool outside shared memory, and the v0 methods) ----------------
@@ -284,7 +353,8 @@ class KvtierStorage(HiCacheStorage):
             raise ValueError(f"batch_set needs one value per key ({len(keys)})")
         pages = [self._flat_page(v, f"values[{i}]") for i, v in enumerate(values)]
         srcs = [half for b in pages for half in (b[:self.part_bytes], b[self.part_bytes:])]
-        return self._put_via_staging(pk, srcs, None) == len(pk)
+        # v0 says nothing of the pages before: their parent is not known.
+        return self._put_via_staging(pk, srcs, self._parent(None)) == len(pk)
 
     def set(self, key, value=None, target_location=None, target_sizes=None) -> bool:
         return self.batch_set([key], [value])

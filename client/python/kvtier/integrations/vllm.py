@@ -1,12 +1,14 @@
-# kvtier as a vLLM V1 KV connector. Interface followed: vLLM v0.11.x,
-# vllm/distributed/kv_transfer/kv_connector/v1/base.py (KVConnectorBase_V1;
-# the v0.11.1 constructor with its optional kv_cache_config). Load it with
+# kvtier as a vLLM V1 KV connector. Interface followed: vLLM v0.11.1,
+# vllm/distributed/kv_transfer/kv_connector/v1/base.py (KVConnectorBase_V1),
+# the first release whose workers ask a connector for the blocks it failed to
+# load (get_block_ids_with_load_errors -> KVConnectorOutput.invalid_block_ids).
+# Older vLLM is refused at start: there a failed load would go unreported and
+# the model would attend over KV that never arrived. Load it with
 #   --kv-transfer-config '{"kv_connector":"KvtierConnector",
 #     "kv_connector_module_path":"kvtier.integrations.vllm","kv_role":"kv_both",
 #     "kv_connector_extra_config":{"endpoint":"ipc:///run/kvtier/kvtierd.sock",
 #                                  "tenant":"default","token":""}}'
-# Without vllm installed it subclasses a local stand-in (_vllm_standin.py).
-import inspect
+# See docs/INTEGRATIONS.md for the versions this was checked against.
 from dataclasses import dataclass, fields
 from typing import Optional
 
@@ -14,21 +16,40 @@ import torch
 
 import kvtier
 
+from ._vllm_layout import AUTO, resolve_kv_dims
 from ._vllm_scheduler import PageSpec, SchedulerSide
 from ._vllm_worker import WorkerSide
 from .paging import DTYPES
 
-try:
-    from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: F401
-        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
-    VLLM_AVAILABLE = True
-except ImportError:
-    from ._vllm_standin import KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole  # noqa
-    VLLM_AVAILABLE = False
+VLLM_MIN_VERSION = "0.11.1"
+VLLM_VERSIONS_SUPPORTED = "v0.11.1 (v0.11.0 and older are refused: they never ask for load errors)"
 
-VLLM_VERSION_FOLLOWED = "0.11.x"
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole)
+except ImportError as e:
+    raise ImportError(
+        f"kvtier.integrations.vllm is a vLLM KV connector and needs vLLM installed "
+        f"(supported: {VLLM_VERSIONS_SUPPORTED}); importing vLLM failed: {e}") from e
+
 __all__ = ["KvtierConnector", "KvtierConnectorMetadata", "KvtierConfig", "PageSpec",
-           "VLLM_AVAILABLE", "VLLM_VERSION_FOLLOWED"]
+           "VLLM_MIN_VERSION", "VLLM_VERSIONS_SUPPORTED"]
+
+
+def check_vllm_version(base=KVConnectorBase_V1):
+    """Refuses a vLLM whose workers never report load errors (v0.11.0 and
+    older: KVConnectorBase_V1 has no get_block_ids_with_load_errors, and the
+    model runner never asks). There a page that does not arrive leaves its
+    blocks as they were while the scheduler counts their tokens computed: the
+    model would attend over stale KV, silently."""
+    if not callable(getattr(base, "get_block_ids_with_load_errors", None)):
+        import vllm  # noqa: F401 -- only for the version in the message
+        version = getattr(vllm, "__version__", "unknown")
+        raise RuntimeError(
+            f"KvtierConnector needs vLLM >= v{VLLM_MIN_VERSION}: this vLLM ({version}) has no "
+            "KVConnectorBase_V1.get_block_ids_with_load_errors, so a page that fails to load "
+            "could not be reported and the model would attend over KV that never arrived. "
+            f"Upgrade vLLM to v{VLLM_MIN_VERSION} or later, or run without the kvtier connector")
 
 
 @dataclass
@@ -44,7 +65,9 @@ class KvtierConfig:
     staging_pages: int = 64  # host staging buffer, in pages
     load_async: bool = False  # load between steps (WAITING_FOR_REMOTE_KVS) or in the step
     model_id: Optional[str] = None  # default: the model's name; name its weights if they vary
-    kv_dims: str = "2BTHD"  # per-layer tensor dims: FlashAttention (2, blocks, block, heads, dim)
+    # Per-layer KV tensor dims, "auto": asked of the attention backend
+    # (FlashAttention "2BTHD", FlashInfer "B2THD"); set it for other backends.
+    kv_dims: str = AUTO
 
     @classmethod
     def from_extra(cls, extra):
@@ -104,12 +127,9 @@ def layout_from_config(vllm_config, blocks_per_page):
                          cc.block_size * blocks_per_page, DTYPES[dtype])
 
 
-def _tp_rank(vllm_config):
-    if VLLM_AVAILABLE:
-        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
-        return get_tensor_model_parallel_rank()
-    pc = vllm_config.parallel_config
-    return getattr(pc, "rank", 0) % max(1, getattr(pc, "tensor_parallel_size", 1))
+def _tp_rank():
+    from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+    return get_tensor_model_parallel_rank()
 
 
 class KvtierConnector(KVConnectorBase_V1):
@@ -117,10 +137,8 @@ class KvtierConnector(KVConnectorBase_V1):
     kvtier holds, saves every full page the engine computes)."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
-        if "kv_cache_config" in inspect.signature(KVConnectorBase_V1.__init__).parameters:
-            super().__init__(vllm_config, role, kv_cache_config)
-        else:  # vLLM v0.11.0
-            super().__init__(vllm_config, role)
+        check_vllm_version()
+        super().__init__(vllm_config, role, kv_cache_config)
         tc = vllm_config.kv_transfer_config
         self.cfg = KvtierConfig.from_extra(getattr(tc, "kv_connector_extra_config", None))
         layout = layout_from_config(vllm_config, self.cfg.blocks_per_page)
@@ -139,7 +157,11 @@ class KvtierConnector(KVConnectorBase_V1):
                                            vllm_config.cache_config.block_size,
                                            self._lookup_client, KvtierConnectorMetadata)
         else:
-            self.worker = WorkerSide(self.cfg, self.keyspace, _tp_rank(vllm_config), layout)
+            def kv_dims(layer_name, shape):
+                return resolve_kv_dims(self.cfg.kv_dims, vllm_config, layer_name, shape,
+                                       vllm_config.cache_config.block_size, layout.kv_heads,
+                                       layout.head_dim)
+            self.worker = WorkerSide(self.cfg, self.keyspace, _tp_rank(), layout, kv_dims)
 
     # -- scheduler side ------------------------------------------------------
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
@@ -187,7 +209,7 @@ class KvtierConnector(KVConnectorBase_V1):
         return self.worker.failed_blocks()
 
     def get_kv_connector_stats(self):
-        return None  # vLLM v0.11 expects a KVConnectorStats object; ours: .worker.stats
+        return None  # vLLM expects a KVConnectorStats object; ours: .worker.stats
 
     def shutdown(self):
         if self.worker is not None:

@@ -1,17 +1,25 @@
-# STAND-IN for SGLang's HiCache storage interface, used only when `sglang` is
-# not importable (it cannot be installed on kvtier's build machines). It copies
-# SGLang v0.5.x: python/sglang/srt/mem_cache/hicache_storage.py (HiCacheStorage,
-# HiCacheStorageConfig, HiCacheStorageExtraInfo) and the host pool the backend
-# reads, memory_pool_host.py MHATokenToKVPoolHost (its three layouts and
-# get_page_buffer_meta). It is not SGLang: nothing here ran against the engine.
+# SGLang v0.5.x as a HiCache storage backend meets it, the parts common to
+# the versions kvtier names (sglang_v0_5_5.py, sglang_v0_5_6.py,
+# sglang_v0_5_6_post1.py say which they are and what differs), built from
+#   python/sglang/srt/mem_cache/hicache_storage.py   HiCacheStorage, HiCacheStorageConfig,
+#       HiCacheStorageExtraInfo
+#   python/sglang/srt/mem_cache/memory_pool_host.py  MHATokenToKVPoolHost: its three layouts,
+#       get_page_buffer_meta, get_data_page / set_from_flat_data_page
+#   python/sglang/srt/managers/cache_controller.py   HiCacheController: which interface it
+#       calls (page_get_func / page_set_func), _page_backup (batch by batch, one
+#       prefix_keys list for every batch, extended only when not empty), the
+#       prefetch's _storage_hit_query then page get
+#   python/sglang/srt/mem_cache/storage/backend_factory.py   _create_dynamic_backend
+# How it was read: the tags' snapshots are over the size the source store hands
+# out; these were checked against the stored newest versions of those files
+# and the reviewer's reproduction on the tags (issue 25). Not SGLang: nothing
+# here ran inside the engine.
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
 import torch
-
-SGLANG_VERSION_FOLLOWED = "0.5.x"
-
 
 @dataclass
 class HiCacheStorageConfig:
@@ -98,7 +106,9 @@ def torch_alloc(dims, dtype, device="cpu", pin_memory=False, allocator=None):
 
 class MHATokenToKVPoolHost:
     """The MHA host KV pool as v0.5.x lays it out. `alloc_func` stands for
-    SGLang's ALLOC_MEMORY_FUNCS entry (torch memory unless told otherwise)."""
+    how the pool's memory is allocated: torch memory in a stock SGLang; a
+    patched allocator (v0.5.6.post1: an ALLOC_MEMORY_FUNCS entry; before: the
+    pool's own allocation) for zero copy."""
 
     def __init__(self, size, page_size, layer_num, head_num, head_dim, dtype=torch.float16,
                  layout="page_first", alloc_func: Any = torch_alloc):
@@ -169,3 +179,89 @@ class MHATokenToKVPoolHost:
                 ptrs += [k, k + v_offset]
                 size = self.layer_num * self.page_size * token_bytes
         return ptrs, [size] * len(ptrs)
+
+
+# -- backend_factory.StorageBackendFactory._create_dynamic_backend -------------
+def create_dynamic_backend(storage_config):
+    """Imports extra_config's module_path.class_name, checks it is a
+    HiCacheStorage, builds it as backend_class(storage_config, kwargs)."""
+    cfg = storage_config.extra_config
+    for field in ("backend_name", "module_path", "class_name"):
+        if field not in cfg:
+            raise ValueError(f"Missing required field '{field}' in backend config for "
+                             "'dynamic' backend")
+    cls = getattr(importlib.import_module(cfg["module_path"]), cfg["class_name"])
+    if not issubclass(cls, HiCacheStorage):
+        raise TypeError(f"Backend class {cfg['class_name']} must inherit from HiCacheStorage")
+    return cls(storage_config, {})
+
+
+# -- cache_controller.HiCacheController, the storage side -------------------------
+class HiCacheController:
+    """How the cache controller drives an L3 backend. `v1_for_dynamic`: the
+    version calls batch_get_v1/batch_set_v1 of a dynamic backend that set
+    interface_v1 (v0.5.6 on); otherwise the v0 batch_get/batch_set."""
+    STORAGE_BATCH_SIZE = 128  # pages per storage call
+
+    def __init__(self, backend, mem_pool_host, extra_config, v1_for_dynamic,
+                 storage_batch_size=None):
+        self.storage_backend, self.mem_pool_host = backend, mem_pool_host
+        self.page_size = mem_pool_host.page_size
+        self.storage_batch_size = storage_batch_size or self.STORAGE_BATCH_SIZE
+        if v1_for_dynamic and (extra_config or {}).get("interface_v1"):
+            self.page_get_func, self.page_set_func = self._page_get_zero_copy, self._page_set_zero_copy
+            self.interface = "v1"
+        else:
+            self.page_get_func, self.page_set_func = self._generic_page_get, self._generic_page_set
+            self.interface = "v0"
+
+    # backup: write_storage -> _page_backup
+    def write_storage(self, host_indices, hash_values, prefix_keys=None):
+        """prefix_keys: None unless hicache_storage_pass_prefix_keys; then the
+        hashes of the node's ancestors (node.get_prefix_hash_values: [] for a
+        child of the root). Returns the tokens backed up."""
+        completed = 0
+        for i in range(0, len(hash_values), self.storage_batch_size):
+            batch = hash_values[i:i + self.storage_batch_size]
+            idx = host_indices[i * self.page_size:(i + len(batch)) * self.page_size]
+            info = HiCacheStorageExtraInfo(prefix_keys=prefix_keys)
+            if not self.page_set_func(batch, idx, info):
+                break
+            if prefix_keys and len(prefix_keys) > 0:  # so a root backup keeps passing []
+                prefix_keys += batch
+            completed += self.page_size * len(batch)
+        return completed
+
+    def _page_set_zero_copy(self, hash_values, host_indices, extra_info=None):
+        return all(self.storage_backend.batch_set_v1(hash_values, host_indices, extra_info))
+
+    def _generic_page_set(self, hash_values, host_indices, extra_info=None):
+        data = [self.mem_pool_host.get_data_page(host_indices[i * self.page_size])
+                for i in range(len(hash_values))]
+        return self.storage_backend.batch_set(hash_values, data)
+
+    # prefetch: _storage_hit_query -> page get
+    def prefetch(self, hash_values, host_indices):
+        """The leading pages found (batch_exists, batch by batch) and then
+        read into host_indices; returns how many pages arrived in order."""
+        hit = 0
+        for i in range(0, len(hash_values), self.storage_batch_size):
+            batch = hash_values[i:i + self.storage_batch_size]
+            n = self.storage_backend.batch_exists(batch)
+            hit += n
+            if n < len(batch):
+                break
+        return self.page_get_func(hash_values[:hit], host_indices[:hit * self.page_size])
+
+    def _page_get_zero_copy(self, hash_values, host_indices):
+        results = self.storage_backend.batch_get_v1(hash_values, host_indices)
+        return results.index(False) if False in results else len(results)
+
+    def _generic_page_get(self, hash_values, host_indices):
+        dummy = [self.mem_pool_host.get_dummy_flat_data_page() for _ in hash_values]
+        pages = self.storage_backend.batch_get(hash_values, dummy)
+        for i, page in enumerate(pages):
+            if page is None:
+                return i
+            self.mem_pool_host.set_from_flat_data_page(host_indices[i * self.page_size], page)
+        return len(pages)

@@ -1,37 +1,33 @@
-# STAND-IN for vLLM's KV connector interface, used only when `vllm` is not
-# importable (it cannot be installed on kvtier's build machines). It copies the
-# shapes of vLLM v0.11.x (vllm/distributed/kv_transfer/kv_connector/v1/base.py,
-# vllm/v1/core/sched/output.py, vllm/v1/outputs.py) so KvtierConnector can be
-# exercised with the calls vLLM makes. It is not vLLM: nothing here is tested
-# against the real engine.
-import enum
+# STAND-IN for vLLM v0.11.0 (tag v0.11.0 of vllm-project/vllm), the parts a KV
+# connector touches, built from that version's
+#   vllm/distributed/kv_transfer/kv_connector/v1/base.py   KVConnectorBase_V1: constructor
+#       (vllm_config, role) -- no kv_cache_config -- and NO get_block_ids_with_load_errors
+#       (PR #19330 merged 2025-09-30, after the v0.11.0 branch)
+#   vllm/v1/outputs.py             KVConnectorOutput: NO invalid_block_ids
+#   vllm/v1/worker/kv_connector_model_runner_mixin.py   after a step the model runner asks
+#       only get_finished: a connector's failed loads are read by nobody
+# The rest (scheduler output, backends, parallel state) is as in v0.11.1 and
+# is taken from vllm_v0_11_1.py. How it was read: see vllm_v0_11_1.py. Not
+# vLLM: nothing here ran inside the engine.
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
-VLLM_VERSION_FOLLOWED = "0.11.1"
+from standins.vllm_v0_11_1 import (Attention, CachedRequestData, FlashAttentionBackend,  # noqa: F401
+                                   FlashInferBackend, KVCacheBlocks, KVConnectorMetadata,
+                                   KVConnectorRole, NewRequestData, SchedulerOutput, TP_RANK,
+                                   get_tensor_model_parallel_rank)
 
-
-class KVConnectorRole(enum.Enum):
-    SCHEDULER = 0  # the connector in the scheduler process
-    WORKER = 1  # the connector in each worker process
-
-
-class KVConnectorMetadata(ABC):  # noqa: B024 -- scheduler -> worker, per step
-    pass
+__version__ = "0.11.0"
 
 
 class KVConnectorBase_V1(ABC):
-    """vLLM v0.11's base: the constructor takes (vllm_config, role) and, from
-    v0.11.1, an optional kv_cache_config; the factory passes it when accepted."""
-
-    def __init__(self, vllm_config, role, kv_cache_config=None):
+    def __init__(self, vllm_config, role):  # no kv_cache_config before v0.11.1
         self._connector_metadata: Optional[KVConnectorMetadata] = None
         self._vllm_config = vllm_config
         if vllm_config.kv_transfer_config is None:
             raise ValueError("kv_transfer_config must be set for KVConnectorBase_V1")
         self._kv_transfer_config = vllm_config.kv_transfer_config
-        self._kv_cache_config = kv_cache_config
         self._role = role
 
     @property
@@ -77,9 +73,6 @@ class KVConnectorBase_V1(ABC):
     def get_finished(self, finished_req_ids):
         return None, None
 
-    def get_block_ids_with_load_errors(self):
-        return set()
-
     def shutdown(self):
         return None
 
@@ -113,47 +106,29 @@ class KVConnectorBase_V1(ABC):
         return None
 
 
-# -- the scheduler's step output as the connector reads it -------------------
-@dataclass
-class NewRequestData:
-    req_id: str
-    prompt_token_ids: list
-    block_ids: tuple  # one list of block ids per KV cache group
-    num_computed_tokens: int
-
-
-@dataclass
-class CachedRequestData:
-    req_ids: list = field(default_factory=list)
-    resumed_from_preemption: list = field(default_factory=list)
-    new_token_ids: list = field(default_factory=list)
-    new_block_ids: list = field(default_factory=list)  # per request: tuple of lists, or None
-    num_computed_tokens: list = field(default_factory=list)
-
-
-@dataclass
-class SchedulerOutput:
-    scheduled_new_reqs: list
-    scheduled_cached_reqs: CachedRequestData
-    num_scheduled_tokens: dict
-    total_num_scheduled_tokens: int = 0
-    finished_req_ids: set = field(default_factory=set)
-    kv_connector_metadata: Optional[KVConnectorMetadata] = None
-
-
 @dataclass
 class KVConnectorOutput:
     finished_sending: Optional[set] = None
     finished_recving: Optional[set] = None
-    kv_connector_stats: Optional[dict] = None
-    invalid_block_ids: set = field(default_factory=set)  # blocks that failed to load
+    kv_connector_stats: Optional[Any] = None
 
 
-@dataclass
-class KVCacheBlocks:
-    """What update_state_after_alloc receives: get_block_ids() is a tuple with
-    one list per KV cache group (one group for a plain decoder)."""
-    block_ids: Any
+def kv_connector_output(connector, finished_req_ids):
+    """The v0.11.0 model runner after the forward pass: finished transfers
+    only; it never asks which loads failed."""
+    out = KVConnectorOutput()
+    out.finished_sending, out.finished_recving = connector.get_finished(finished_req_ids)
+    out.kv_connector_stats = connector.get_kv_connector_stats()
+    return out
 
-    def get_block_ids(self):
-        return (list(self.block_ids),)
+
+MODULES = {
+    "vllm": ["__version__"],
+    "vllm.distributed.kv_transfer.kv_connector.v1.base": [
+        "KVConnectorBase_V1", "KVConnectorMetadata", "KVConnectorRole"],
+    "vllm.distributed.parallel_state": ["get_tensor_model_parallel_rank"],
+    "vllm.v1.core.sched.output": ["NewRequestData", "CachedRequestData", "SchedulerOutput"],
+    "vllm.v1.outputs": ["KVConnectorOutput"],
+    "vllm.v1.attention.backends.flash_attn": ["FlashAttentionBackend"],
+    "vllm.v1.attention.backends.flashinfer": ["FlashInferBackend"],
+}

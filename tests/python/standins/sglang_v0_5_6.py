@@ -1,0 +1,28 @@
+# STAND-IN for SGLang v0.5.6 (tag v0.5.6 of sgl-project/sglang), as a HiCache
+# storage backend meets it; the common parts are in _sglang_v0_5.py (files and
+# how they were read listed there). What changed from v0.5.5:
+#   python/sglang/srt/managers/cache_controller.py: a `dynamic` backend whose
+#       extra_config sets interface_v1 gets the zero-copy page functions
+#       (batch_get_v1 / batch_set_v1 with host indices)
+#   python/sglang/srt/mem_cache/memory_pool_host.py: still no ALLOC_MEMORY_FUNCS
+# Not SGLang: nothing here ran inside the engine.
+from standins._sglang_v0_5 import (HiCacheController as _Controller,  # noqa: F401
+                                  HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo,
+                                  MHATokenToKVPoolHost, create_dynamic_backend, torch_alloc)
+
+__version__ = "0.5.6"
+V1_FOR_DYNAMIC = True  # does the dynamic backend get batch_get_v1/batch_set_v1?
+
+
+def HiCacheController(backend, mem_pool_host, extra_config, **kw):
+    """This version's cache controller over a dynamic backend."""
+    return _Controller(backend, mem_pool_host, extra_config, V1_FOR_DYNAMIC, **kw)
+
+
+MODULES = {
+    "sglang": ["__version__"],
+    "sglang.srt.mem_cache.hicache_storage": ["HiCacheStorage", "HiCacheStorageConfig",
+                                             "HiCacheStorageExtraInfo"],
+    "sglang.srt.mem_cache.memory_pool_host": ["MHATokenToKVPoolHost"],
+    "sglang.srt.managers.cache_controller": ["HiCacheController"],
+}
