@@ -38,7 +38,7 @@ trap 'kvtier_stop_all; rm -rf "$TMP"' EXIT
 # Room for both clients' working sets (GET set + PUT set each) without eviction.
 kvtier_start main --host_bytes=2GiB --nvme_bytes=0
 
-PYTHONPATH="$PWD/client/python:$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" \
+PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" \
   "$PYTHON" tools/bench/bench_client.py --endpoint="ipc://$TMP/main.sock" --bench="$BENCH" \
   --json="$BENCH_JSON" "$@"
 echo "bench_python: JSON in $BENCH_JSON"

@@ -39,7 +39,7 @@ fi
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # Room for several 2,048-token prompts of 124m pages (9 MiB each) in RAM; no NVMe.
 kvtier_start host --host_bytes=1GiB --nvme_bytes=0
-PYTHONPATH="$PWD/client/python:$PY_BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" \
+PYTHONPATH="$PY_BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}" \
   /usr/bin/python3 scripts/lib/bench_python_model.py --model="$MODEL" \
   --endpoint="ipc://$TMP/host.sock" --generate="$BUILD_DIR/client/decoder/kvtier-generate" "$@"
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

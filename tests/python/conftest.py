@@ -16,9 +16,12 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD_DIR = os.path.abspath(os.environ.get("KVTIER_BUILD_DIR") or os.path.join(REPO, "build"))
 
-# A bare `/usr/bin/python3 -m pytest tests/python` finds the package sources
-# and the compiled extension without PYTHONPATH.
-for _p in (os.path.join(BUILD_DIR, "python"), os.path.join(REPO, "client", "python")):
+# A bare `/usr/bin/python3 -m pytest tests/python` finds the package in the
+# build tree (<build>/python: the extension and the linked sources) without
+# PYTHONPATH. KVTIER_TEST_INSTALLED=1: test the package the interpreter has
+# installed instead (tests/python/package_test.sh, a wheel in a venv).
+if os.environ.get("KVTIER_TEST_INSTALLED") != "1":
+    _p = os.path.join(BUILD_DIR, "python")
     if _p not in sys.path:
         sys.path.insert(0, _p)
 

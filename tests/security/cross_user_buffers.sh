@@ -87,7 +87,7 @@ print("ENGINE_OK", buf.name, os.getpid(), flush=True)
 time.sleep(60)  # keeps the buffer alive while the third user tries; killed at the end
 PY
 chmod 0644 "$TMP/engine.py"
-as kvt-engine env PYTHONPATH="$SRC/client/python:$BUILD/python" /usr/bin/python3 "$TMP/engine.py" \
+as kvt-engine env PYTHONPATH="$BUILD/python" /usr/bin/python3 "$TMP/engine.py" \
   "ipc://$SOCK" </dev/null >"$TMP/engine.out" 2>&1 &
 ENGINE_PID=$!
 for _ in $(seq 150); do grep -q "ENGINE_OK\|Error" "$TMP/engine.out" 2>/dev/null && break; sleep 0.1; done

@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path[:0] = [os.path.join(os.path.abspath(os.environ.get("KVTIER_BUILD_DIR", "build")), "python"),
-                os.path.join(_REPO, "client", "python")]
+# <build>/python holds the whole package (extension and linked sources).
+sys.path[:0] = [os.path.join(os.path.abspath(os.environ.get("KVTIER_BUILD_DIR", "build")), "python")]
 import kvtier  # noqa: E402
 
 MiB = 1 << 20
