@@ -43,6 +43,16 @@ absl::StatusOr<ModelConfig> DeviceRandomConfig(absl::string_view name) {
   return c;
 }
 
+PageKey WithGpuWeights(const PageKey& fingerprint, TensorDtype weights) {
+  if (weights == TensorDtype::kF32) return fingerprint;
+  std::string text(reinterpret_cast<const char*>(fingerprint.bytes.data()), fingerprint.bytes.size());
+  absl::StrAppend(&text, "\ngpu weights ", TensorDtypeName(weights));
+  XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, h);
+  return PageKey::FromBytes(canon.digest);
+}
+
 PageKey DeviceRandomFingerprint(const ModelConfig& config, uint64_t seed) {
   const std::string text = absl::StrCat(config.ToJson(), "\ndevice-random seed ", seed);
   XXH128_hash_t h = XXH3_128bits(text.data(), text.size());

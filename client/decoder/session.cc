@@ -13,6 +13,10 @@ namespace kvtier::decoder {
 
 absl::Status DecoderSession::LoadWeights(const SessionOptions& o, CudaForwardOptions* cuda) {
   cuda->seed = o.weight_seed;
+  // On the GPU the weights' dtype changes every page's KV (as quantization
+  // would): it goes into the fingerprint unless it is the CPU's fp32.
+  const TensorDtype gpu_weights =
+      o.device == DeviceKind::kCuda ? o.cuda.weights : TensorDtype::kF32;
   // An attention window given on the command line changes every page's KV
   // past the window (the layers above the first attend over fewer tokens),
   // so it goes into the config the fingerprint hashes: pages stored under
@@ -24,7 +28,7 @@ absl::Status DecoderSession::LoadWeights(const SessionOptions& o, CudaForwardOpt
   if (!o.checkpoint_dir.empty()) {
     ASSIGN_OR_RETURN(weights_, LoadCheckpoint(o.checkpoint_dir));
     apply_overrides(weights_->config);
-    fingerprint_ = ModelFingerprint(*weights_);
+    fingerprint_ = WithGpuWeights(ModelFingerprint(*weights_), gpu_weights);
     return absl::OkStatus();
   }
   if (auto device_only = DeviceRandomConfig(o.size); device_only.ok()) {
@@ -35,13 +39,14 @@ absl::Status DecoderSession::LoadWeights(const SessionOptions& o, CudaForwardOpt
     weights_->config = *device_only;
     apply_overrides(weights_->config);
     cuda->random_on_device = true;
-    fingerprint_ = DeviceRandomFingerprint(weights_->config, o.weight_seed);
+    fingerprint_ = WithGpuWeights(DeviceRandomFingerprint(weights_->config, o.weight_seed),
+                                  gpu_weights);
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(ModelConfig config, NamedConfig(o.size));
   weights_ = RandomWeights(config, o.weight_seed);
   apply_overrides(weights_->config);
-  fingerprint_ = ModelFingerprint(*weights_);
+  fingerprint_ = WithGpuWeights(ModelFingerprint(*weights_), gpu_weights);
   return absl::OkStatus();
 }
 

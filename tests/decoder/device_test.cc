@@ -39,6 +39,13 @@ TEST(DeviceTest, Llama3_8bShapes) {
   EXPECT_FALSE(DeviceRandomConfig("124m").ok());
   EXPECT_FALSE(DeviceRandomFingerprint(*c, 1) == DeviceRandomFingerprint(*c, 2));
   EXPECT_TRUE(DeviceRandomFingerprint(*c, 1) == DeviceRandomFingerprint(*c, 1));
+  // GPU weights in bf16 / fp16 compute other KV than fp32: other keys;
+  // fp32 keeps the CPU session's (pages shared across devices).
+  const PageKey fp = DeviceRandomFingerprint(*c, 1);
+  EXPECT_TRUE(WithGpuWeights(fp, TensorDtype::kF32) == fp);
+  EXPECT_FALSE(WithGpuWeights(fp, TensorDtype::kBF16) == fp);
+  EXPECT_FALSE(WithGpuWeights(fp, TensorDtype::kF16) == fp);
+  EXPECT_FALSE(WithGpuWeights(fp, TensorDtype::kBF16) == WithGpuWeights(fp, TensorDtype::kF16));
 }
 
 TEST(DeviceTest, DeviceOnlySizeNeedsCuda) {

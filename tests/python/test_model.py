@@ -376,3 +376,59 @@ def test_a_window_override_never_restores_across_windows(ckpt, kvtierd):
     fp_none, _ = hits(None)
     assert h40 == n_pages and h31 == 0
     assert len({fp40, fp31, fp_none}) == 3
+
+
+def _ckpt_variant(ckpt, tmp_path, name, **config_changes):
+    """A copy of the checkpoint with `config_changes` in its config.json."""
+    out = tmp_path / name
+    shutil.copytree(ckpt, out)
+    with open(out / "config.json") as f:
+        config = json.load(f)
+    config.update(config_changes)
+    with open(out / "config.json", "w") as f:
+        json.dump(config, f, indent=2)
+    return str(out)
+
+
+# Every setting that changes a page's bytes, each changed alone: (name, how to
+# make the checkpoint, C++ flags, Python Session arguments).
+KV_SETTINGS = [
+    ("weights", lambda c, t: make_checkpoint(t / "seed2", seed=2), (), {}),
+    ("rope_theta", lambda c, t: _ckpt_variant(c, t, "rope", rope_theta=20000.0), (), {}),
+    ("rms_norm_eps", lambda c, t: _ckpt_variant(c, t, "eps", rms_norm_eps=1e-6), (), {}),
+    ("sliding_window", lambda c, t: c, ("--sliding_window=40",), {"sliding_window": 40}),
+    ("kv_dtype", lambda c, t: c, ("--kv_dtype=fp32",), {"kv_dtype": "fp32"}),
+    ("tokens_per_page", lambda c, t: c, ("--tokens_per_page=32",), {"tokens_per_page": 32}),
+]
+
+
+@pytest.mark.parametrize("name,make,flags,py", KV_SETTINGS, ids=[s[0] for s in KV_SETTINGS])
+def test_every_kv_setting_changes_the_keys(ckpt, kvtierd, tmp_path, name, make, flags, py):
+    """Pages stored under one value of a setting that changes KV bytes are
+    never restored under another, in either decoder; and for each value the
+    C++ and the Python decoder compute the same keys (each finds the pages
+    the other stored)."""
+    other = make(ckpt, tmp_path)
+    prompt = prompt_of(100, seed=9)
+    base = cpp(ckpt, 100, seed=9, endpoint=kvtierd.endpoint)[1]
+    assert base["restored"] == 0 and base["pages_put"] > 0
+    changed = cpp(other, 100, seed=9, endpoint=kvtierd.endpoint, extra=flags)[1]
+    assert changed["restored"] == 0, f"{name}: restored pages stored under the other value"
+    assert cpp(other, 100, seed=9, endpoint=kvtierd.endpoint, extra=flags)[1]["restored"] > 0
+
+    def python_hits(model_dir, **kw):
+        args = dict(tokens_per_page=TPP, kv_pages=16, endpoint=kvtierd.endpoint)
+        args.update(kw)
+        s = Session(model_dir, **args)
+        try:
+            n = 100 // args["tokens_per_page"]
+            return s.fingerprint, s.layout.layout_id, s.store.client.lookup(
+                s.store.keys(prompt)[:n]).hits, n
+        finally:
+            s.close()
+
+    fp_a, lid_a, hits_a, n_a = python_hits(ckpt)
+    fp_b, lid_b, hits_b, n_b = python_hits(other, **py)
+    assert hits_a == n_a, f"{name}: Python's keys miss the C++ run's pages (base)"
+    assert hits_b == n_b, f"{name}: Python's keys miss the C++ run's pages (changed)"
+    assert (fp_a, lid_a) != (fp_b, lid_b), f"{name}: same fingerprint and layout for both values"

@@ -46,6 +46,14 @@ struct CudaForwardOptions {
   uint32_t max_rows_per_pass = 4096;
 };
 
+// The fingerprint of pages computed on the GPU with `weights` (--gpu_weights):
+// `fingerprint` itself for fp32 weights (the CPU path's arithmetic: pages
+// shared with CPU and Python sessions, which differ from it by rounding
+// only), another key for bf16 or fp16 weights, whose KV differs as much as a
+// quantized model's would: such pages are never restored into an fp32
+// session, nor its pages into theirs.
+PageKey WithGpuWeights(const PageKey& fingerprint, TensorDtype weights);
+
 // True when this build has the CUDA decoder backend.
 bool CudaDecoderBuilt();
 
