@@ -450,3 +450,35 @@ def test_importing_the_connector_without_vllm_names_vllm_and_its_versions():
     with installed("no_engine"):  # neither vllm nor sglang importable
         with pytest.raises(ImportError, match=r"needs vLLM installed.*v0\.11\.1"):
             from kvtier.integrations import vllm  # noqa: F401
+
+
+@pytest.mark.parametrize("setting,value", [("rope_theta", 500000.0), ("revision", "other-rev"),
+                                           ("quantization", "awq")])
+def test_two_model_configurations_never_share_pages(kvtierd, setting, value):
+    """Same model name, layout and prompt (so the same vLLM block hashes); a
+    model setting that changes the KV differs: no page crosses."""
+    def sim_with(**model):
+        cfg = sim_vllm_config(extra=dict(endpoint=kvtierd.endpoint))
+        for k, v in model.items():
+            setattr(cfg.model_config, k, v)
+        return VllmSim(cfg, ENGINE)
+
+    def matched(sim, req_id):
+        outs = run_prompt(sim, req_id, PROMPT)
+        return max(o["matched"].get(req_id) or 0 for o in outs)
+
+    a = sim_with()
+    try:
+        assert matched(a, "A") == 0 and a.work.worker.stats["pages_saved"] == 6
+    finally:
+        a.close()
+    b = sim_with(**{setting: value})
+    try:
+        assert matched(b, "B") == 0, f"{setting}={value!r} loaded pages of the default model"
+    finally:
+        b.close()
+    c = sim_with()
+    try:
+        assert matched(c, "C") == 96  # the same configuration finds its pages
+    finally:
+        c.close()

@@ -9,6 +9,8 @@
 #     "kv_connector_extra_config":{"endpoint":"ipc:///run/kvtier/kvtierd.sock",
 #                                  "tenant":"default","token":""}}'
 # See docs/INTEGRATIONS.md for the versions this was checked against.
+import hashlib
+import json
 from dataclasses import dataclass, fields
 from typing import Optional
 
@@ -87,6 +89,31 @@ class KvtierConfig:
         return cfg
 
 
+# Model settings that change the KV a page holds but not vLLM's block hashes
+# (those cover tokens, LoRA, multimodal inputs and cache_salt): folded into
+# the model identity, so two deployments of one model name that compute
+# different KV never share a page. Getattr'd: a version without one is None.
+_KV_MODEL_SETTINGS = ("dtype", "quantization", "revision", "code_revision", "rope_scaling",
+                      "rope_theta", "disable_sliding_window", "hf_overrides", "model_impl")
+
+
+def model_identity(model_id, vllm_config):
+    """`model_id` with a digest of the model settings that change KV bytes:
+    _KV_MODEL_SETTINGS, the model's HF config as vLLM resolved it (layers,
+    heads, RoPE, window...), and the KV cache dtype."""
+    mc = vllm_config.model_config
+    factors = {name: repr(getattr(mc, name, None)) for name in _KV_MODEL_SETTINGS}
+    hf = getattr(mc, "hf_config", None)
+    if hf is not None:
+        try:
+            factors["hf_config"] = hf.to_json_string(use_diff=False)
+        except (AttributeError, TypeError):
+            factors["hf_config"] = repr(hf)
+    factors["cache_dtype"] = repr(getattr(vllm_config.cache_config, "cache_dtype", None))
+    digest = hashlib.sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest()[:32]
+    return f"{model_id}|{digest}"
+
+
 class KeySpace:
     """Page keys of this deployment: the engine's block hash with the model,
     the page layout and the tensor-parallel rank folded in (each rank stores
@@ -147,7 +174,7 @@ class KvtierConnector(KVConnectorBase_V1):
         if not model_id:
             raise ValueError("KvtierConnector: set kv_connector_extra_config.model_id")
         tp = getattr(vllm_config.parallel_config, "tensor_parallel_size", 1)
-        self.keyspace = KeySpace(model_id, layout, tp)
+        self.keyspace = KeySpace(model_identity(model_id, vllm_config), layout, tp)
         self.scheduler = self.worker = None
         if role == KVConnectorRole.SCHEDULER:
             self._lookup_client = kvtier.Client(self.cfg.endpoint, tenant=self.cfg.tenant,
