@@ -131,10 +131,47 @@ install(CODE "
   set(KVTIER_DOCDIR \"${CMAKE_INSTALL_DOCDIR}\")
   include(\"${PROJECT_SOURCE_DIR}/cmake/install_service.cmake\")
 " COMPONENT runtime)
-install(FILES ${PROJECT_SOURCE_DIR}/docs/OPERATIONS.md ${PROJECT_SOURCE_DIR}/docs/SECURITY.md
-              ${PROJECT_SOURCE_DIR}/docs/PROTOCOL.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md
-              ${PROJECT_SOURCE_DIR}/LICENSE
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/OPERATIONS.md
+              ${PROJECT_SOURCE_DIR}/docs/SECURITY.md ${PROJECT_SOURCE_DIR}/docs/PROTOCOL.md
+              ${PROJECT_SOURCE_DIR}/docs/PYTHON.md ${PROJECT_SOURCE_DIR}/docs/INTEGRATIONS.md
+              ${PROJECT_SOURCE_DIR}/docs/BENCHMARKS.md ${PROJECT_SOURCE_DIR}/docs/TOOLS.md
+              ${PROJECT_SOURCE_DIR}/CHANGELOG.md ${PROJECT_SOURCE_DIR}/LICENSE
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+
+# --- man pages, generated from each installed program's --help -------------
+# help2man (Debian's package; scripts/setup.sh installs it) runs the built
+# program with --help and --version, so a man page says what the program
+# does. kvtierd is a daemon: section 8; the rest section 1.
+find_program(KVTIER_HELP2MAN help2man)
+if(KVTIER_HELP2MAN)
+  set(_kvtier_man_pages "")
+  set(_man_kvtierd "tiered KV-cache daemon for LLM inference")
+  set(_man_kvtierctl "show and steer a running kvtierd")
+  set(_man_kvtier-stress "replay a request trace against kvtierd and verify every page")
+  set(_man_kvtier-sim "offline capacity planning: kvtierd's eviction policy over a trace")
+  set(_man_kvtier-generate "Llama-style decoder that restores its KV cache from kvtierd")
+  set(_man_kvtier-make-checkpoint "write a small random Llama checkpoint for tests")
+  foreach(_prog IN LISTS KVTIER_INSTALLED_PROGRAMS)
+    set(_section 1)
+    if(_prog STREQUAL "kvtierd")
+      set(_section 8)
+    endif()
+    set(_man ${PROJECT_BINARY_DIR}/man/${_prog}.${_section})
+    add_custom_command(
+      OUTPUT ${_man}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/man
+      COMMAND ${KVTIER_HELP2MAN} --no-info --section=${_section} --output=${_man}
+              "--name=${_man_${_prog}}" $<TARGET_FILE:${_prog}>
+      DEPENDS ${_prog}
+      COMMENT "man page of ${_prog}"
+      VERBATIM)
+    list(APPEND _kvtier_man_pages ${_man})
+    install(FILES ${_man} DESTINATION ${CMAKE_INSTALL_MANDIR}/man${_section} COMPONENT runtime)
+  endforeach()
+  add_custom_target(kvtier_man_pages ALL DEPENDS ${_kvtier_man_pages})
+else()
+  message(STATUS "kvtier: no help2man, so no man pages (scripts/setup.sh installs it)")
+endif()
 # Debian policy 12.5: the copyright file in the package's doc directory,
 # machine-readable (DEP-5).
 install(FILES ${PROJECT_SOURCE_DIR}/packaging/debian/copyright

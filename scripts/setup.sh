@@ -20,6 +20,7 @@ PKGS=(
   fio redis-server libhiredis-dev
   gnuplot-nox
   prometheus curl python3-yaml
+  help2man python3-pip python3-venv python3-setuptools python3-wheel
 )
 
 missing=()

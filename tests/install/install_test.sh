@@ -63,9 +63,19 @@ for f in bin/kvtierd bin/kvtierctl bin/kvtier-stress bin/kvtier-generate \
 done
 # The licence, the DEB's copyright file, the changelog and the monitoring kit.
 for f in share/doc/kvtier/LICENSE share/doc/kvtier/copyright share/doc/kvtier/CHANGELOG.md \
-         share/kvtier/monitoring/grafana-kvtier.json share/kvtier/monitoring/kvtier-alerts.yml; do
+         share/kvtier/monitoring/grafana-kvtier.json share/kvtier/monitoring/kvtier-alerts.yml \
+         share/doc/kvtier/README.md share/doc/kvtier/OPERATIONS.md share/doc/kvtier/PROTOCOL.md \
+         share/doc/kvtier/SECURITY.md share/doc/kvtier/PYTHON.md share/doc/kvtier/INTEGRATIONS.md \
+         share/doc/kvtier/BENCHMARKS.md share/doc/kvtier/TOOLS.md; do
   [[ -s $prefix/$f ]] || die "$f was not installed"
 done
+# Man pages from --help (help2man, when the build found it).
+if command -v help2man >/dev/null; then
+  for f in share/man/man8/kvtierd.8 share/man/man1/kvtierctl.1 share/man/man1/kvtier-stress.1; do
+    [[ -s $prefix/$f ]] || die "$f was not installed"
+  done
+  grep -q -- "max_sessions" "$prefix/share/man/man8/kvtierd.8" || die "kvtierd.8 lacks its flags"
+fi
 # The library's SONAME carries the ABI (major.minor before 1.0).
 soname=$(readelf -d "$libdir/libkvtier-client.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [[ $soname =~ ^libkvtier-client\.so\.[0-9]+\.[0-9]+$ ]] || die "unexpected SONAME '$soname'"
