@@ -5,6 +5,7 @@
 // With --nodes and --remote_pages: several daemons sharing one cache beside
 // their stores (kvtierd --remote_seeds), as an in-memory LRU cluster.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -19,6 +20,7 @@
 #include "tools/sim/cluster_study.h"
 #include "tools/sim/policy_replay.h"
 #include "tools/sim/sim_report.h"
+#include "tools/sim/sizing.h"
 #include "tools/sim/trace_input.h"
 
 ABSL_FLAG(std::string, trace, "",
@@ -56,6 +58,18 @@ ABSL_FLAG(uint32_t, batch_pages, 32,
 ABSL_FLAG(bool, decode, true, "PUT the pages decode completes, as kvtier-stress does");
 ABSL_FLAG(std::string, evict_at, "call",
           "when the stand-in evictor runs: call (after each GET/PUT) or page (after every page)");
+ABSL_FLAG(std::string, model, "",
+          "sizing: the model whose KV pages to size: llama3-8b, llama3-70b, mistral-7b, "
+          "qwen2-7b or LAYERS:KV_HEADS:HEAD_DIM (sets --page_bytes and --pages_per_block from "
+          "--kv_dtype and --tokens_per_page)");
+ABSL_FLAG(std::string, kv_dtype, "fp16", "sizing: KV dtype (fp32, fp16, bf16, fp8, int8)");
+ABSL_FLAG(uint32_t, tokens_per_page, 256,
+          "sizing: tokens per page (must divide the trace's block tokens)");
+ABSL_FLAG(double, target_hit_rate, 0,
+          "sizing (with --model): print the GiB of host RAM, and of RAM + NVMe, that reach "
+          "this hit rate on the trace (0 < x < 1), found by replays of the daemon's policy");
+ABSL_FLAG(std::string, host_bytes, "",
+          "sizing: the RAM of the RAM + NVMe split to check (default: a quarter of the total)");
 ABSL_FLAG(std::string, json_out, "", "write the results as JSON to this file");
 ABSL_FLAG(std::string, plot, "", "write a hit-rate-vs-capacity PNG (gnuplot) to this file");
 
@@ -208,6 +222,28 @@ absl::Status Main() {
     std::fprintf(stderr, "kvtier-sim: skipped %s\n", s.c_str());
   trace::PageMapping mapping;
   mapping.pages_per_block = static_cast<uint32_t>(absl::GetFlag(FLAGS_pages_per_block));
+  std::optional<SizingConfig> sizing;
+  if (!absl::GetFlag(FLAGS_model).empty()) {
+    // The model's pages: their size, and how many make one trace block.
+    SizingConfig sc;
+    ASSIGN_OR_RETURN(sc.layout, NamedModelLayout(absl::GetFlag(FLAGS_model)));
+    ASSIGN_OR_RETURN(sc.layout.dtype, ParseDtype(absl::GetFlag(FLAGS_kv_dtype)));
+    sc.layout.tokens_per_page = absl::GetFlag(FLAGS_tokens_per_page);
+    if (sc.layout.tokens_per_page == 0 || t.block_tokens % sc.layout.tokens_per_page != 0)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tokens_per_page=", sc.layout.tokens_per_page, " must divide the trace's ",
+          t.block_tokens, "-token blocks"));
+    mapping.pages_per_block = t.block_tokens / sc.layout.tokens_per_page;
+    o.page_bytes = sc.layout.PageBytes();
+    sc.target = absl::GetFlag(FLAGS_target_hit_rate);
+    sc.slab_bytes = o.slab_bytes;
+    if (!absl::GetFlag(FLAGS_host_bytes).empty()) {
+      ASSIGN_OR_RETURN(sc.host_bytes, ParseByteSize(absl::GetFlag(FLAGS_host_bytes)));
+    }
+    if (sc.target > 0) sizing = sc;
+  } else if (absl::GetFlag(FLAGS_target_hit_rate) > 0) {
+    return absl::InvalidArgumentError("--target_hit_rate needs --model (the page to size)");
+  }
   const std::vector<SimRequest> reqs = FromTrace(t, mapping);
 
   SimReport rep;
@@ -223,8 +259,14 @@ absl::Status Main() {
   RETURN_IF_ERROR(RunCapacities(reqs, o, rep));
   RETURN_IF_ERROR(RunTwoTier(reqs, o, rep));
   RETURN_IF_ERROR(RunCluster(reqs, o, rep));
+  std::string sized;
+  if (sizing) {
+    ASSIGN_OR_RETURN(SizingResult sr, SizeFor(reqs, o.replay, rep.infinite, *sizing));
+    sized = FormatSizing(*sizing, sr);
+  }
   rep.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   std::fputs(FormatReport(rep).c_str(), stdout);
+  std::fputs(sized.c_str(), stdout);
   std::fflush(stdout);
   if (!absl::GetFlag(FLAGS_json_out).empty()) {
     RETURN_IF_ERROR(WriteJson(rep, absl::GetFlag(FLAGS_json_out)));
@@ -250,7 +292,9 @@ int main(int argc, char** argv) {
       "there, no longer exists).\n"
       "  kvtier-sim --trace=SPEC [--capacities=1k,4k,16k,32k] [--page_bytes=1MiB] "
       "[--host_pages=N --nvme_pages=M [--nodes=K] [--remote_pages=CAP[,CAP...] "
-      "--remote_admission=all|reused|put[,...]]] [--json_out=F] [--plot=F.png]");
+      "--remote_admission=all|reused|put[,...]]] [--json_out=F] [--plot=F.png]\n"
+      "  kvtier-sim --trace=SPEC --model=llama3-8b --target_hit_rate=0.3 [--capacities=] "
+      "[--host_bytes=64GiB]   (sizing: GiB of RAM and NVMe for that hit rate)");
   absl::Status st = kvtier::sim::Main();
   if (!st.ok()) {
     std::fprintf(stderr, "kvtier-sim: %s\n", std::string(st.message()).c_str());
