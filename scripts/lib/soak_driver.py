@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""The soak's workload (scripts/soak.sh): one thread per tenant against one
+kvtierd, until SIGTERM or --seconds. Each thread loops over prompts drawn from
+a skewed (Zipf-like) set of shared prefixes plus a private tail: LOOKUP with a
+lease, GET the leased hits into its buffer (every byte checked: a page's
+bytes are a function of its key), PUT the rest, now and then a PREFETCH of a
+prompt it will send soon and a DELETE of an old chain. Tenant `ledger` also
+keeps a ledger: pages it stored and then saw made durable by an admin FLUSH
+(`--flush_every`), which must all be found, byte for byte, after any restart.
+
+Writes one JSON line per tenant at exit: requests, failed, corrupt, and for
+the ledger: pages checked and lost. Exit 0 unless it could not start.
+    soak_driver.py --endpoint=E --tenants=a:tokA,b:tokB --admin=ops:tok \\
+        --seconds=N --state=DIR [--check_ledger]
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+
+import kvtier
+
+LAYOUT = kvtier.Layout(layers=2, kv_heads=2, head_dim=64, tokens_per_page=64)  # 64 KiB pages
+PB = LAYOUT.page_bytes
+PAGES_PER_PROMPT = 8
+STOP = threading.Event()
+
+
+def page_bytes(key):
+    """The bytes of the page under `key`: a function of the key only."""
+    seed = int.from_bytes(bytes(key)[:8], "little")
+    return np.random.default_rng(seed).integers(0, 256, size=PB, dtype=np.uint8)
+
+
+def prompt_tokens(tenant, prefix_id, tail_id, shared):
+    """A prompt: a shared prefix (across tenants when `shared`: dedup within
+    each namespace only, never across) then a private tail."""
+    head = [(prefix_id * 7919 + i) % 50000 for i in range(4 * LAYOUT.tokens_per_page)]
+    tail_seed = hash((tenant, tail_id)) & 0xFFFFFFFF if not shared else tail_id
+    tail = [(tail_seed * 104729 + i) % 50000 for i in range(4 * LAYOUT.tokens_per_page)]
+    return head + tail
+
+
+class Tenant(threading.Thread):
+    def __init__(self, args, name, token, seed, ledger_path=None):
+        super().__init__(daemon=True)
+        self.args, self.name, self.token = args, name, token
+        self.rng = random.Random(seed)
+        self.stats = {"tenant": name, "requests": 0, "failed": 0, "corrupt": 0, "gets": 0,
+                      "puts": 0, "deletes": 0, "prefetches": 0, "errors": []}
+        self.ledger_path = ledger_path
+        self.ledger = []  # keys (hex) stored, waiting for a FLUSH to make them durable
+
+    def err(self, what, e):
+        self.stats["failed"] += 1
+        if len(self.stats["errors"]) < 5:
+            self.stats["errors"].append(f"{what}: {type(e).__name__}: {e}")
+
+    def run(self):
+        try:
+            c = kvtier.Client(self.args.endpoint, tenant=self.name, token=self.token,
+                              layout=LAYOUT, timeout_ms=30000, client_name="soak")
+            buf = kvtier.ShmBuffer(PAGES_PER_PROMPT * PB)
+            bid = c.register(buf)
+            view = np.frombuffer(buf, dtype=np.uint8).reshape(PAGES_PER_PROMPT, PB)
+        except Exception as e:  # noqa: BLE001 -- reported, the soak judges it
+            self.err("connect", e)
+            return
+        recent = []
+        while not STOP.is_set():
+            # Zipf-like: a few hot prefixes, a long tail of cold ones.
+            prefix = int(self.rng.paretovariate(1.2)) % 400
+            tail = self.rng.randrange(2000)
+            keys = kvtier.page_keys(LAYOUT, prompt_tokens(self.name, prefix, tail,
+                                                          self.rng.random() < 0.3))
+            try:
+                self.step(c, bid, view, keys)
+                recent.append(keys)
+                if len(recent) > 50:
+                    old = recent.pop(0)
+                    if self.rng.random() < 0.05:
+                        c.delete(old[4:])  # a tail, never a shared prefix
+                        self.stats["deletes"] += 1
+                if self.rng.random() < 0.1:
+                    nxt = kvtier.page_keys(LAYOUT, prompt_tokens(
+                        self.name, int(self.rng.paretovariate(1.2)) % 400,
+                        self.rng.randrange(2000), False))
+                    c.prefetch(nxt, lease_ms=500)
+                    self.stats["prefetches"] += 1
+            except kvtier.Error as e:
+                self.err("request", e)
+                time.sleep(0.05)
+            self.stats["requests"] += 1
+        try:
+            c.close()
+        except kvtier.Error:
+            pass
+
+    def step(self, c, bid, view, keys):
+        hit = c.lookup(keys, lease_ms=2000)
+        n = hit.hits
+        if n:
+            c.get(keys[:n], bid, [i * PB for i in range(n)])
+            self.stats["gets"] += n
+            for i in range(n):
+                if not np.array_equal(view[i], page_bytes(keys[i])):
+                    self.stats["corrupt"] += 1
+        if n < len(keys):
+            for i in range(n, len(keys)):
+                view[i] = page_bytes(keys[i])
+            r = c.put(keys[n:], bid, [i * PB for i in range(n, len(keys))],
+                      keys[n - 1] if n else None)
+            self.stats["puts"] += r.stored
+            if self.ledger_path is not None:
+                kept = n + r.leading_kept
+                self.ledger.extend(bytes(k).hex() for k in keys[n:kept])
+
+
+def flush_loop(args, ledger_tenant):
+    """Admin FLUSH every --flush_every s; the ledger pages stored before it
+    returned are then durable: appended to the ledger file."""
+    name, token = args.admin.split(":", 1)
+    admin = kvtier.Client(args.endpoint, tenant=name, token=token, timeout_ms=120000)
+    while not STOP.wait(args.flush_every):
+        pending = list(ledger_tenant.ledger)
+        try:
+            admin.flush()
+        except kvtier.Error as e:
+            ledger_tenant.err("flush", e)
+            continue
+        del ledger_tenant.ledger[:len(pending)]
+        with open(ledger_tenant.ledger_path, "a") as f:
+            f.writelines(k + "\n" for k in pending)
+    admin.close()
+
+
+def check_ledger(args, name, token):
+    """Every page the ledger says was durable is found and byte-exact."""
+    path = os.path.join(args.state, "ledger.keys")
+    if not os.path.exists(path):
+        return {"tenant": name, "ledger_checked": 0, "ledger_lost": 0}
+    keys = sorted({bytes.fromhex(l.strip()) for l in open(path) if l.strip()})
+    c = kvtier.Client(args.endpoint, tenant=name, token=token, layout=LAYOUT, timeout_ms=60000)
+    buf = kvtier.ShmBuffer(PB)
+    bid = c.register(buf)
+    view = np.frombuffer(buf, dtype=np.uint8)
+    lost = bad = 0
+    for k in keys:
+        tiers = c.get([k], bid, [0])
+        if tiers[0] is None:
+            lost += 1
+        elif not np.array_equal(view, page_bytes(k)):
+            bad += 1
+    c.close()
+    return {"tenant": name, "ledger_checked": len(keys), "ledger_lost": lost, "corrupt": bad}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--endpoint", required=True)
+    ap.add_argument("--tenants", required=True, help="name:token,... (one thread each)")
+    ap.add_argument("--admin", required=True, help="name:token of an admin tenant (FLUSH)")
+    ap.add_argument("--ledger", default="ledger", help="the tenant that keeps the ledger")
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--flush_every", type=float, default=20)
+    ap.add_argument("--state", required=True, help="directory of the ledger file")
+    ap.add_argument("--check_ledger", action="store_true",
+                    help="only check the ledger against the daemon, then exit")
+    args = ap.parse_args()
+    pairs = [t.split(":", 1) for t in args.tenants.split(",")]
+    if args.check_ledger:
+        token = dict(pairs)[args.ledger]
+        print(json.dumps(check_ledger(args, args.ledger, token)), flush=True)
+        return 0
+    signal.signal(signal.SIGTERM, lambda *_: STOP.set())
+    threads = []
+    for i, (name, token) in enumerate(pairs):
+        ledger = os.path.join(args.state, "ledger.keys") if name == args.ledger else None
+        threads.append(Tenant(args, name, token, seed=os.getpid() * 31 + i, ledger_path=ledger))
+    for t in threads:
+        t.start()
+    ledger_t = next((t for t in threads if t.ledger_path), None)
+    flusher = threading.Thread(target=flush_loop, args=(args, ledger_t), daemon=True) \
+        if ledger_t else None
+    if flusher:
+        flusher.start()
+    STOP.wait(args.seconds)
+    STOP.set()
+    for t in threads:
+        t.join(60)
+    for t in threads:
+        print(json.dumps(t.stats), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
