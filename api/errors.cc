@@ -1,6 +1,8 @@
 // Mapping between wire error codes and absl::Status.
 #include "kvtier/errors.h"
 
+#include "absl/strings/cord.h"
+
 #include <string>
 
 namespace kvtier {
@@ -47,6 +49,20 @@ absl::StatusCode ToStatusCode(ErrorCode code) {
 absl::Status MakeStatus(ErrorCode code, absl::string_view message) {
   if (code == ErrorCode::kOk) return absl::OkStatus();
   return absl::Status(ToStatusCode(code), std::string(message));
+}
+
+namespace {
+// The payload that marks a status NeedsOperator; its value is unused.
+constexpr absl::string_view kNeedsOperatorUrl = "kvtier/needs-operator";
+}  // namespace
+
+absl::Status MarkNeedsOperator(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kNeedsOperatorUrl, absl::Cord("1"));
+  return status;
+}
+
+bool NeedsOperator(const absl::Status& status) {
+  return status.GetPayload(kNeedsOperatorUrl).has_value();
 }
 
 }  // namespace kvtier

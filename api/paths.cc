@@ -2,7 +2,9 @@
 #include "kvtier/paths.h"
 
 #include <pwd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -38,13 +40,40 @@ std::string DefaultSocketPath() {
 std::string DefaultEndpoint() {
   std::string env = Env("KVTIER_ENDPOINT");
   if (!env.empty()) return env;
+  return ChooseEndpoint(DefaultSocketPath(), kSystemSocketPath);
+}
+
+std::string ChooseEndpoint(const std::string& own_socket, const std::string& system_socket) {
   // A user's own daemon first; else the system service's socket (the
   // packaged kvtierd.service), so clients of the service need no setting.
-  const std::string own = DefaultSocketPath();
+  // A stale per-user file (a daemon that died) must not hide the service:
+  // ZeroMQ would wait out the whole timeout on it.
+  const SocketProbe own = ProbeUnixSocket(own_socket);
   struct stat st;
-  if (stat(own.c_str(), &st) != 0 && stat(kSystemSocketPath, &st) == 0)
-    return absl::StrCat("ipc://", kSystemSocketPath);
-  return "ipc://" + own;
+  if ((own == SocketProbe::kAbsent || own == SocketProbe::kRefused) &&
+      stat(system_socket.c_str(), &st) == 0)
+    return absl::StrCat("ipc://", system_socket);
+  return "ipc://" + own_socket;
+}
+
+SocketProbe ProbeUnixSocket(const std::string& path, int type) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return SocketProbe::kAbsent;
+  if (!S_ISSOCK(st.st_mode)) return SocketProbe::kNotSocket;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return SocketProbe::kUnknown;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+  if (fd < 0) return SocketProbe::kUnknown;
+  const int rc = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  const int err = errno;
+  close(fd);
+  errno = err;  // for the caller's message
+  if (rc == 0) return SocketProbe::kAnswers;
+  // EAGAIN: a listener whose backlog is full is alive.
+  if (err == EAGAIN) return SocketProbe::kAnswers;
+  return err == ECONNREFUSED ? SocketProbe::kRefused : SocketProbe::kUnknown;
 }
 
 std::string DefaultStateDir() {

@@ -1,6 +1,7 @@
 // The buffer-fd inbox (buffer_fd_inbox.h): one thread polling the listening
 // socket and the connections that have not yet sent their one message.
 #include "daemon/buffer_fd_inbox.h"
+#include "daemon/socket_file.h"
 
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -67,15 +68,9 @@ absl::StatusOr<std::unique_ptr<BufferFdInbox>> BufferFdInbox::Start(BufferFdInbo
   std::memcpy(addr.sun_path, config.path.data(), config.path.size());
   std::unique_ptr<BufferFdInbox> in(new BufferFdInbox(std::move(config)));
   const std::string& path = in->config_.path;
-  // A socket file left by a daemon that died is replaced; anything else
-  // there is the operator's and stays.
-  struct stat st;
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode))
-      return absl::FailedPreconditionError(
-          absl::StrCat("buffer socket '", path, "' exists and is not a socket: remove it"));
-    unlink(path.c_str());
-  }
+  // A socket file left by a daemon that died is replaced; a live one, or
+  // anything else there, is not ours and stays.
+  if (absl::Status st = ClaimSocketPath(path, "buffer socket", SOCK_SEQPACKET); !st.ok()) return st;
   in->listen_fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (in->listen_fd_ < 0)
     return absl::InternalError(absl::StrCat("buffer socket: socket(): ", strerror(errno)));

@@ -79,6 +79,7 @@ Daemon::~Daemon() {
   // Zero-copy replies still queued in ZeroMQ hold page pins; closing the
   // context releases them before the store they point into goes away.
   ctx_.close();
+  ipc_file_.Remove();  // libzmq leaves it; a stale file would hide the system socket
   sessions_ = SessionTable();
   if (pinned_host_ != nullptr) device_->UnregisterHost(pinned_host_);
   prefetcher_.reset();  // its leases pin pages of store_
@@ -103,6 +104,10 @@ absl::Status Daemon::Init() {
   // page bytes and keys are in there.
   umask(077);
   started_ = absl::Now();
+  // Before anything is opened: a second daemon on a live socket must touch
+  // neither it nor the state (socket_file.h).
+  if (!config_.ipc_socket.empty())
+    RETURN_IF_ERROR(ClaimSocketPath(config_.ipc_socket, "--socket", SOCK_STREAM));
   if (config_.tenants_file.empty()) {
     tenants_ = TenantRegistry::Default();
     spdlog::warn("no --tenants_file: tenant 'default' accepts any token and is admin");
@@ -208,8 +213,8 @@ absl::Status Daemon::BindEndpoints() {
     RETURN_IF_ERROR(EnsurePrivateDir(dir, "socket directory", &created));
     // Members of the socket group must reach the socket: search, not list.
     if (created && group) RETURN_IF_ERROR(GiveToGroup(dir, *group, 0710));
-    // A stale socket file from a crashed daemon would make bind fail.
-    std::filesystem::remove(config_.ipc_socket);
+    // A stale socket file was removed by ClaimSocketPath in Init; a live
+    // one refused the start there.
   }
   std::vector<std::string> wanted;
   if (!config_.ipc_socket.empty()) wanted.push_back(config_.IpcEndpoint());
@@ -229,6 +234,7 @@ absl::Status Daemon::BindEndpoints() {
     endpoints_.push_back(router_->get(zmq::sockopt::last_endpoint));
     spdlog::info("listening on {}", endpoints_.back());
   }
+  if (!config_.ipc_socket.empty()) ipc_file_ = OwnedSocketFile(config_.ipc_socket);
   if (group) RETURN_IF_ERROR(GiveToGroup(config_.ipc_socket, *group, 0660));
   if (!config_.ipc_socket.empty()) {
     // Beside the ipc socket, with its mode and group: whoever may connect

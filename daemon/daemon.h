@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/buffer_fd_inbox.h"
+#include "daemon/socket_file.h"
 #include "daemon/config.h"
 #include "daemon/connection_guard.h"
 #include "daemon/copy_engine.h"
@@ -201,6 +202,7 @@ class Daemon {
   std::unique_ptr<BufferWarmer> warmer_;
   // Takes buffers by file descriptor beside the ipc socket (null without one).
   std::unique_ptr<BufferFdInbox> fd_inbox_;
+  OwnedSocketFile ipc_file_;  // the ipc socket's file, removed at a clean stop
   std::vector<std::string> endpoints_;
   SessionTable sessions_;
   absl::flat_hash_map<std::string, tiers::NamespaceId> tenant_ns_;

@@ -284,12 +284,11 @@ absl::Status DevicePut(tiers::HbmTier* hbm, const ClientBuffer& buf,
       d2h.push_back({staged.back().second.get(), src, n});
     }
   }
-  const uint64_t d2d_bytes = Sum(d2d);
   CopyGroup group(*buf.gpu());
   group.Add(CopyKind::kDeviceToDevice, tiers::hbm::Coalesce(std::move(d2d)), StreamFor(begin));
   group.Add(CopyKind::kDeviceToHost, tiers::hbm::Coalesce(std::move(d2h)), StreamFor(begin) + 1);
   RETURN_IF_ERROR(group.Wait());
-  if (hbm != nullptr && d2d_bytes > 0) hbm->CountIn(d2d_bytes);
+  // MarkFilled counts the DMA'd bytes into their tier (HBM or host).
   for (size_t r : direct) RETURN_IF_ERROR(rs[r].MarkFilled());
   for (auto& [r, bytes] : staged) RETURN_IF_ERROR(rs[r].Fill(bytes.get()));
   return absl::OkStatus();

@@ -350,6 +350,7 @@ absl::Status Daemon::SubmitGetInline(Session& s, const DecodedRequest& d,
   // Before any promotion: a lease's pin would make the page look busy.
   if (prefetcher_) prefetcher_->OnDemandRead(s.ns, d.keys);
   if (in_ram) {
+    for (const tiers::PagePin& pin : job->pins) pin.CountReadOut();  // no ReadPages to count them
     Reply reply = InlineReply(*job);
     reply.response.set_version(kProtocolVersion);
     reply.response.set_request_id(job->request_id);

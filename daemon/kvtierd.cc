@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
+#include "kvtier/errors.h"
 #include "kvtier/byte_size.h"
 #include "kvtier/cli.h"
 #include "kvtier/paths.h"
@@ -30,6 +31,7 @@ ABSL_FLAG(std::string, host_slab_bytes, "16MiB", "host arena slab size (the larg
 ABSL_FLAG(std::string, hugepages, "auto", "host arena hugepages: auto, on, off");
 ABSL_FLAG(std::string, nvme_dir, "", "NVMe tier directory: data file + RocksDB index (default <state_dir>/nvme); must support O_DIRECT (not tmpfs)");
 ABSL_FLAG(std::string, nvme_bytes, "4GiB", "NVMe tier capacity; 0 disables the tier");
+ABSL_FLAG(bool, reformat_nvme, false, "when --nvme_bytes or --host_slab_bytes differ from what the NVMe data file was formatted for, drop its cached pages and reformat it (logged with their number); without it such a start is refused (exit 2) and nothing is lost");
 ABSL_FLAG(int, nvme_io_threads, 1, "NVMe I/O threads (one io_uring each)");
 ABSL_FLAG(int, nvme_queue_depth, 64, "NVMe in-flight I/Os per ring");
 ABSL_FLAG(double, nvme_prefetch_share, 0.25, "share of --nvme_queue_depth prefetch reads may fill (the rest stays free for demand reads); (0, 1]");
@@ -137,6 +139,7 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   ASSIGN_OR_RETURN(c.nvme.capacity_bytes, BytesFlag(FLAGS_nvme_bytes));
   c.nvme.dir = absl::GetFlag(FLAGS_nvme_dir);
   c.nvme.slab_bytes = c.host.slab_bytes;
+  c.nvme.reformat = absl::GetFlag(FLAGS_reformat_nvme);
   c.nvme.io_threads = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_io_threads)));
   c.nvme.queue_depth = static_cast<uint32_t>(std::max(1, absl::GetFlag(FLAGS_nvme_queue_depth)));
   c.nvme.prefetch_share = absl::GetFlag(FLAGS_nvme_prefetch_share);
@@ -225,8 +228,13 @@ int main(int argc, char** argv) {
   std::thread signals = StartSignalThread();
   auto daemon = kvtier::daemon::Daemon::Create(*std::move(config), *device);
   if (!daemon.ok()) {
-    std::fprintf(stderr, "kvtierd: %s\n", daemon.status().ToString().c_str());
-    std::_Exit(1);
+    // A refusal the operator must settle exits 2, like a bad flag: systemd
+    // does not restart into the same refusal (kvtier/errors.h).
+    const bool operator_error = kvtier::NeedsOperator(daemon.status());
+    std::fprintf(stderr, "kvtierd: %s\n",
+                 operator_error ? std::string(daemon.status().message()).c_str()
+                                : daemon.status().ToString().c_str());
+    std::_Exit(operator_error ? 2 : 1);
   }
   spdlog::info("kvtierd {} ready", KVTIER_VERSION);
   absl::Status st = (*daemon)->Run(g_stop);

@@ -259,6 +259,7 @@ void LayerReadBatch::Fail(Page& p, absl::Status why) {
 void LayerReadBatch::Settle(Page& p) {
   if (p.move) {
     if (!p.failed) p.move->copied = true;  // every chunk verified
+    if (p.move->copied) m_.CountIn(p.move->to, p.move->old.bytes);  // read into the slot
     if (m_.FinishPromotion(*p.move) == PromoteOutcome::kPromoted) ++stats_.promoted_pages;
     p.move.reset();
   }
@@ -297,10 +298,16 @@ void LayerReadBatch::Advance() {
     for (const Page& p : pages_)
       if (!p.failed && LayerAt(p, next_layer_) == nullptr) return;
     const uint64_t at = uint64_t{next_layer_} * layer_bytes_;
-    for (size_t i : ram_) sink_.Layer(i, next_layer_, pins_[i].data() + at);
+    // Layers handed from a RAM slot (a RAM page's, or a promoted page's new
+    // one) leave that tier here; bounce bytes were counted by their read.
+    for (size_t i : ram_) {
+      sink_.Layer(i, next_layer_, pins_[i].data() + at);
+      m_.CountOut(pins_[i].entry_->tier, layer_bytes_);
+    }
     for (Page& p : pages_) {
       if (p.failed) continue;
       sink_.Layer(p.i, next_layer_, LayerAt(p, next_layer_));
+      if (p.slot != nullptr) m_.CountOut(p.move->to, layer_bytes_);
       if (p.slot == nullptr && !p.sums.empty()) Release(units_[p.units[next_layer_]]);
     }
     sink_.LayerDone(next_layer_);

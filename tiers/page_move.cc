@@ -96,12 +96,17 @@ bool TierManager::Impl::CopyBetweenTiers(size_t from, const Slot& src, size_t to
   Tier& a = *tiers[from]->tier;
   Tier& b = *tiers[to]->tier;
   const uint64_t n = src.bytes;
+  // The side reached through Address() is counted here; Read/Write count
+  // the other.
   if (const uint8_t* p = a.Address(src)) {
     if (sum != nullptr) *sum = XXH3_64bits(p, n);
-    return b.Write(dst, 0, p, n).ok();
+    if (!b.Write(dst, 0, p, n).ok()) return false;
+    CountOut(from, n);
+    return true;
   }
   if (uint8_t* q = b.Address(dst)) {
     if (!a.Read(src, 0, q, n).ok()) return false;
+    CountIn(to, n);
     if (sum != nullptr) *sum = XXH3_64bits(q, n);
     return true;
   }

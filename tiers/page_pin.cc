@@ -120,6 +120,10 @@ const uint8_t* PagePin::data() const {
   return mgr_->impl_->tiers[entry_->tier]->tier->Address(entry_->slot);
 }
 
+void PagePin::CountReadOut() const {
+  if (entry_ != nullptr) mgr_->impl_->CountOut(entry_->tier, bytes_);
+}
+
 absl::Status PagePin::CopyTo(void* dst) const {
   if (entry_ == nullptr) return absl::FailedPreconditionError("CopyTo on an empty PagePin");
   TierManager::Impl& m = *mgr_->impl_;

@@ -188,6 +188,7 @@ void PageReadBatch::CompletePromotion(size_t r, absl::Status st) {
   Impl::PageMove& move = *rd.move;
   move.copied = st.ok();
   if (move.copied) {
+    m_.CountIn(move.to, move.old.bytes);  // read straight into the slot
     const uint8_t* dst = m_.tiers[move.to]->tier->Address(*move.dst);
     m_.CheckMovedBytes(move, XXH3_64bits(dst, move.old.bytes));
   }
@@ -204,6 +205,11 @@ void PageReadBatch::CompletePromotion(size_t r, absl::Status st) {
 
 void PageReadBatch::Hand(size_t i, absl::StatusOr<const uint8_t*> bytes) {
   if (absl::IsDataLoss(bytes.status())) pins_[i].Reset();  // a miss
+  // A page handed from its RAM slot leaves that tier here (the reader copies
+  // all of it); bounce bytes were counted by the read that filled them. A
+  // promotion alone hands nothing over.
+  if (bytes.ok() && !options_.promote_only && *bytes == pins_[i].data())
+    m_.CountOut(pins_[i].entry_->tier, pins_[i].bytes());
   on_page_(i, std::move(bytes));
 }
 
@@ -215,11 +221,17 @@ void TierManager::ReadPages(absl::Span<PagePin> pins, const ReadOptions& options
 absl::StatusOr<const uint8_t*> TierManager::ReadPage(PagePin& pin, std::vector<uint8_t>& bounce,
                                                      const ReadOptions& options) {
   if (!pin.valid()) return absl::FailedPreconditionError("ReadPage on an empty PagePin");
-  if (const uint8_t* p = pin.data()) return p;
+  if (const uint8_t* p = pin.data()) {
+    impl_->CountOut(pin.entry_->tier, pin.bytes());  // as PageReadBatch::Hand
+    return p;
+  }
   DemandScope demand(options.demand);
   const std::optional<size_t> to = impl_->PromoteTarget(options);
   if (to && PromoteTo(pin, *to) == PromoteOutcome::kPromoted) {
-    if (const uint8_t* p = pin.data()) return p;
+    if (const uint8_t* p = pin.data()) {
+      impl_->CountOut(pin.entry_->tier, pin.bytes());
+      return p;
+    }
   }
   bounce.resize(pin.bytes());
   absl::Status st = pin.CopyTo(bounce.data());  // reads, and verifies bytes from disk

@@ -332,6 +332,7 @@ absl::Status Reservation::MarkFilled() {
   if (NeedsHostBytes())
     return absl::FailedPreconditionError(
         "MarkFilled: this page needs a checksum or a write-through copy; use Fill");
+  mgr_->impl_->CountIn(tier_index_, bytes_);  // the caller's copy (or DMA) went past the tier
   filled_ = true;
   return absl::OkStatus();
 }
@@ -347,6 +348,7 @@ absl::Status Reservation::MarkFetched() {
     return absl::FailedPreconditionError(
         "MarkFetched: this page needs its bytes on the host (a checksum or a durable copy); "
         "use FillFetched");
+  mgr_->impl_->CountIn(tier_index_, bytes_);  // fetched straight into data()
   filled_ = true;
   return absl::OkStatus();
 }

@@ -32,6 +32,8 @@ void TierManager::Impl::PublishLeaving(PageEntry* e, size_t t) {
         !VerifyRead(e, t, copy.get()).ok())
       return;
     page = copy.get();
+  } else {
+    CountOut(t, bytes);  // read from the RAM slot for the cluster
   }
   shared->Publish(state->name, e->key, e->parent, page, bytes);
 }

@@ -263,8 +263,8 @@ StoreSnapshot TierManager::Snapshot() const {
     ts.durability_failures = t->durability_failures.load(std::memory_order_relaxed);
     const TierCounters c = t->tier->counters();
     ts.io = c;
-    ts.bytes_in = c.bytes_written;
-    ts.bytes_out = c.bytes_read;
+    ts.bytes_in = c.bytes_written + t->direct_in.load(std::memory_order_relaxed);
+    ts.bytes_out = c.bytes_read + t->direct_out.load(std::memory_order_relaxed);
     snap.index_pages += ts.pages;
     snap.tiers.push_back(std::move(ts));
   }

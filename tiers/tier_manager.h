@@ -125,6 +125,10 @@ class PagePin {
   const uint8_t* data() const; // nullptr when the tier is not addressable
   // Copies the page into dst (any tier). Counts tier bytes_read.
   absl::Status CopyTo(void* dst) const;
+  // For a reader that sends or copies the whole page from data() itself
+  // (not through ReadPages, ReadLayers or CopyTo, which count): counts its
+  // bytes out of the page's tier. Thread-safe.
+  void CountReadOut() const;
   // The page's slot in its tier (for tiers that are not host-addressable,
   // e.g. the HBM tier's device pointer). Stable while pinned.
   Slot slot() const;

@@ -53,6 +53,11 @@ struct TierState {
   Counter clean_pages{0}, clean_page_bytes{0};  // pages here with a durable copy below
   Counter cleaned{0};                           // pages the cleaner wrote back
   Counter durability_failures{0};               // PUT pages refused: their copy could not be made durable
+  // Bytes moved through the tier's Address() (or by a device DMA) rather
+  // than its Read/Write, which the tier cannot see: a GET served from a RAM
+  // slot, a promotion read into one, a move's addressable side. Added to the
+  // tier's own counters in Stats(), so BYTES IN/OUT count every byte once.
+  Counter direct_in{0}, direct_out{0};
   // Some namespace reserves room here (set once, before that namespace is
   // visible): tier-wide victim picks only consult reserves when it is.
   std::atomic<bool> has_reserves{false};
@@ -139,6 +144,12 @@ struct TierManager::Impl {
   // when `sum` (or the xxh3-64 of e's bytes read from tier t) is not e's
   // checksum, which counts the error and drops the page.
   absl::Status KnownCorrupt(PageEntry* e);
+  // Counts bytes a caller moved into or out of tier t's slots through
+  // Address() (TierState::direct_in/out).
+  void CountIn(size_t t, uint64_t n) { tiers[t]->direct_in.fetch_add(n, std::memory_order_relaxed); }
+  void CountOut(size_t t, uint64_t n) {
+    tiers[t]->direct_out.fetch_add(n, std::memory_order_relaxed);
+  }
   absl::Status VerifySum(PageEntry* e, size_t t, uint64_t sum);
   // Bytes of e read from tier t failed their check: counts it, drops the
   // page (a miss, never wrong bytes) and says so.

@@ -68,7 +68,6 @@ absl::Status HbmTier::Read(const Slot& slot, uint64_t offset, void* dst, uint64_
 }
 
 void HbmTier::CountOut(uint64_t n) { bytes_read_.fetch_add(n, std::memory_order_relaxed); }
-void HbmTier::CountIn(uint64_t n) { bytes_written_.fetch_add(n, std::memory_order_relaxed); }
 
 TierCounters HbmTier::counters() const {
   return TierCounters{bytes_written_.load(std::memory_order_relaxed),

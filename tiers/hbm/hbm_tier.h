@@ -49,10 +49,10 @@ class HbmTier final : public Tier {
   // Device address of a slot's first byte (valid while the slot is held).
   uint8_t* DevicePtr(const Slot& slot) const { return pool_ + slot.offset; }
   hbm::Device& device() const { return *device_; }
-  // Bytes moved by the GPU data path (D2D to and from client buffers), which
-  // bypasses Read/Write, for the tier's byte counters.
+  // Bytes a device GET copied D2D into client buffers, which bypasses
+  // Read/Write, for the tier's byte counters. (A device PUT's DMA into a
+  // slot is counted by Reservation::MarkFilled.)
   void CountOut(uint64_t n);
-  void CountIn(uint64_t n);
 
  private:
   HbmTier(std::shared_ptr<hbm::Device> device, uint8_t* pool, std::unique_ptr<SlabArena> arena);

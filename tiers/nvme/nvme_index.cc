@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kvtier/status_macros.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
@@ -115,10 +116,25 @@ bool NvmeIndex::Decode(absl::string_view key, absl::string_view value, IndexReco
   return true;
 }
 
+namespace {
+
+// Page records under the prefix, decodable or not: what a reformat deletes.
+absl::StatusOr<uint64_t> CountPageKeys(rocksdb::DB* db) {
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
+  uint64_t n = 0;
+  for (it->Seek(std::string(1, kPagePrefix)); it->Valid() && it->key()[0] == kPagePrefix;
+       it->Next())
+    ++n;
+  if (!it->status().ok()) return FromRocks(it->status(), "counting NVMe index records");
+  return n;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir,
                                                            const std::string& fingerprint,
-                                                           bool* wiped) {
-  *wiped = false;
+                                                           bool reformat, FormatChange* change) {
+  *change = FormatChange{};
   rocksdb::Options options;
   options.create_if_missing = true;
   options.max_background_jobs = 2;
@@ -135,8 +151,13 @@ absl::StatusOr<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& di
   if (!s.ok() && !s.IsNotFound()) return FromRocks(s, "reading NVMe index fingerprint");
   if (s.ok() && stored == fingerprint) return index;
   if (s.ok()) {
-    // Geometry changed: every record would point at the wrong bytes.
-    *wiped = true;
+    // Geometry changed: every record would point at the wrong bytes. They
+    // are the operator's cached pages: deleted only when asked to.
+    change->stored = stored;
+    ASSIGN_OR_RETURN(change->records, CountPageKeys(db));
+    if (!reformat)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "NVMe index at ", dir, " was written for '", stored, "', not '", fingerprint, "'"));
     rocksdb::WriteBatch batch;
     batch.DeleteRange(db->DefaultColumnFamily(), std::string(1, kPagePrefix),
                       std::string(1, kPagePrefix + 1));

@@ -37,12 +37,19 @@ struct IndexRecord {
 
 class NvmeIndex {
  public:
+  // What Open found when the stored geometry differs from the requested one.
+  struct FormatChange {
+    std::string stored;    // the fingerprint the index was written for; empty: no change
+    uint64_t records = 0;  // page records it holds (all lost by a reformat)
+  };
   // Opens (creating) the database in `dir`. `fingerprint` describes the data
-  // file's geometry; when it differs from the stored one, every record is
-  // dropped (they would point at the wrong bytes) and *wiped is set.
+  // file's geometry. When it differs from the stored one every record would
+  // point at the wrong bytes: with `reformat` they are all deleted and the
+  // new fingerprint stored; without, nothing is changed and Open fails with
+  // FailedPrecondition. Either way *change says what was found.
   static absl::StatusOr<std::unique_ptr<NvmeIndex>> Open(const std::string& dir,
                                                          const std::string& fingerprint,
-                                                         bool* wiped);
+                                                         bool reformat, FormatChange* change);
   ~NvmeIndex();
 
   // All records in one atomic write. The WAL write reaches the OS before it

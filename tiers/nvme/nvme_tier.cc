@@ -12,7 +12,12 @@
 #include <memory>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "kvtier/errors.h"
+#include "spdlog/spdlog.h"
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 #include "absl/synchronization/mutex.h"
@@ -335,11 +340,63 @@ absl::Status NvmeTierConfig::Validate() const {
   return absl::OkStatus();
 }
 
+namespace {
+
+std::string HumanBytes(uint64_t n) {
+  if (n != 0 && n % (1ull << 30) == 0) return absl::StrCat(n >> 30, " GiB");
+  if (n != 0 && n % (1ull << 20) == 0) return absl::StrCat(n >> 20, " MiB");
+  return absl::StrCat(n, " bytes");
+}
+
+std::string Fingerprint(uint64_t capacity, uint64_t slab) {
+  return absl::StrCat("kvtier-nvme v1 capacity=", capacity, " slab=", slab);
+}
+
+// "capacity 64 MiB, slabs of 1 MiB" from a fingerprint; the fingerprint
+// itself when it is not one this version writes.
+std::string DescribeGeometry(absl::string_view fingerprint) {
+  uint64_t capacity = 0, slab = 0;
+  for (absl::string_view part : absl::StrSplit(fingerprint, ' ')) {
+    if (absl::ConsumePrefix(&part, "capacity=") && !absl::SimpleAtoi(part, &capacity)) capacity = 0;
+    if (absl::ConsumePrefix(&part, "slab=") && !absl::SimpleAtoi(part, &slab)) slab = 0;
+  }
+  if (capacity == 0 || slab == 0) return absl::StrCat("'", fingerprint, "'");
+  return absl::StrCat("capacity ", HumanBytes(capacity), ", slabs of ", HumanBytes(slab));
+}
+
+// Opens the index before the data file is touched: a refused start leaves
+// both as they were, so a restart with the old geometry finds every page.
+absl::StatusOr<std::unique_ptr<nvme::NvmeIndex>> OpenIndex(const NvmeTierConfig& config,
+                                                          uint64_t capacity) {
+  const std::string fingerprint = Fingerprint(capacity, config.slab_bytes);
+  nvme::NvmeIndex::FormatChange change;
+  auto index = nvme::NvmeIndex::Open(config.IndexPath(), fingerprint, config.reformat, &change);
+  if (change.stored.empty()) return index;
+  const std::string was = DescribeGeometry(change.stored), now = DescribeGeometry(fingerprint);
+  if (!index.ok()) {
+    if (!absl::IsFailedPrecondition(index.status())) return index.status();
+    return MarkNeedsOperator(absl::FailedPreconditionError(absl::StrCat(
+        "NVMe tier at ", config.dir, ": its data file holds ", change.records,
+        " page(s) in the geometry ", was, ", but this start asks for ", now,
+        " (--nvme_bytes, --host_slab_bytes); opening it so would lose all of them. Restart "
+        "with the old --nvme_bytes and --host_slab_bytes to keep them, or add --reformat_nvme "
+        "to drop them and use the new geometry")));
+  }
+  spdlog::warn("NVMe tier at {}: geometry changed from {} to {} (--reformat_nvme): dropped {} "
+               "page(s)",
+               config.dir, was, now, change.records);
+  return index;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Tier>> CreateNvmeTier(const NvmeTierConfig& config,
                                                      std::unique_ptr<nvme::Device> device) {
   if (absl::Status st = config.Validate(); !st.ok()) return st;
   if (absl::Status st = CheckDir(config.dir); !st.ok()) return st;
   const uint64_t capacity = config.capacity_bytes / config.slab_bytes * config.slab_bytes;
+  auto index = OpenIndex(config, capacity);
+  if (!index.ok()) return index.status();
   uint64_t valid_bytes = capacity;
   if (device == nullptr) {
     struct stat st;
@@ -356,11 +413,6 @@ absl::StatusOr<std::unique_ptr<Tier>> CreateNvmeTier(const NvmeTierConfig& confi
     return absl::InvalidArgumentError("NVMe tier: device smaller than the configured capacity");
   auto arena = SlabArena::Create(capacity, config.slab_bytes);
   if (!arena.ok()) return arena.status();
-  const std::string fingerprint =
-      absl::StrCat("kvtier-nvme v1 capacity=", capacity, " slab=", config.slab_bytes);
-  bool wiped = false;
-  auto index = nvme::NvmeIndex::Open(config.IndexPath(), fingerprint, &wiped);
-  if (!index.ok()) return index.status();
   return std::unique_ptr<Tier>(new NvmeTier(config, std::move(device), *std::move(arena),
                                             *std::move(index), std::min(valid_bytes, capacity)));
 }

@@ -23,6 +23,12 @@ struct NvmeTierConfig {
   // nvme::FileDeviceConfig.
   double prefetch_share = 0.25;
   double writeback_share = 0.125;
+  // When the data file's geometry (capacity, slab size) differs from the one
+  // its index was written for, every cached page is lost. Without this the
+  // tier refuses to open (nothing is touched); with it, the records are
+  // dropped and the file reused (kvtierd --reformat_nvme). No effect when the
+  // geometry is unchanged.
+  bool reformat = false;
 
   absl::Status Validate() const;
   std::string DataPath() const { return dir + "/kvtier-nvme.data"; }
@@ -32,6 +38,9 @@ struct NvmeTierConfig {
 // Opens or creates the data file and the index. `device` replaces the file
 // device (tests: a memory or fault-injecting device of capacity_bytes);
 // the index still lives under config.dir. Errors name the path at fault.
+// A geometry change without config.reformat is FailedPrecondition marked
+// NeedsOperator (kvtier/errors.h), naming both geometries and the pages at
+// stake; the data file and index are left as they were.
 absl::StatusOr<std::unique_ptr<Tier>> CreateNvmeTier(
     const NvmeTierConfig& config, std::unique_ptr<nvme::Device> device = nullptr);
 

@@ -30,4 +30,13 @@ ErrorCode ToErrorCode(absl::StatusCode code);
 absl::StatusCode ToStatusCode(ErrorCode code);
 absl::Status MakeStatus(ErrorCode code, absl::string_view message);
 
+// A start refused for a reason only the operator can settle (an NVMe
+// geometry change that would lose the cached pages, a socket another daemon
+// answers on): starting again the same way fails the same way. kvtierd exits
+// 2 on such an error, so systemd (RestartPreventExitStatus=2) stops
+// restarting it. MarkNeedsOperator tags a non-OK status; NeedsOperator
+// tells whether one is tagged.
+absl::Status MarkNeedsOperator(absl::Status status);
+bool NeedsOperator(const absl::Status& status);
+
 }  // namespace kvtier
