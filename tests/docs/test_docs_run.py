@@ -7,6 +7,7 @@
 # at most MAX_SKIPPED of them.
 import os
 import re
+import sys
 import subprocess
 
 import pytest
@@ -88,7 +89,7 @@ def test_block_runs_as_printed(block, default_daemon, tmp_path):
     if block.lang == "python":
         src = tmp_path / "example.py"
         src.write_text(block.code)
-        argv = ["/usr/bin/python3", str(src)]
+        argv = [sys.executable, str(src)]  # the interpreter the package was built for
     else:
         src, exe = tmp_path / "example.cc", tmp_path / "example"
         src.write_text(block.code)
