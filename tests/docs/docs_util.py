@@ -46,8 +46,14 @@ class Block:
 
 
 def extract_blocks(doc):
-    """Every fenced block of `doc`, with its language, text and markers."""
-    lines = open(os.path.join(REPO, doc), encoding="utf-8").read().split("\n")
+    """Every fenced block of `doc` (relative to the repository)."""
+    with open(os.path.join(REPO, doc), encoding="utf-8") as f:
+        return parse_blocks(doc, f.read())
+
+
+def parse_blocks(doc, text):
+    """Every fenced block of markdown `text`, with its language, text and markers."""
+    lines = text.split("\n")
     blocks, i = [], 0
     while i < len(lines):
         m = re.match(r"^(\s*)```(\S*)\s*$", lines[i])

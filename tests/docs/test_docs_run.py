@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from docs_util import BUILD_DIR, DOCS, REPO, RUN_BLOCKS, RUN_LANGS
+from docs_util import BUILD_DIR, DOCS, REPO, RUN_BLOCKS, RUN_LANGS, parse_blocks
 
 MAX_SKIPPED = 3  # "a handful"
 RUN_TIMEOUT_S = 120
@@ -32,6 +32,32 @@ def test_the_docs_have_blocks_to_run_and_few_skipped():
         "; ".join(f"{b.where}: {b.skip}" for b in skipped))
     for b in skipped:
         assert b.skip.strip(), f"{b.where}: `<!-- not run: -->` must give a reason"
+
+
+def test_markers_are_read_from_the_line_before_the_fence():
+    text = """intro
+
+<!-- not run: a fragment of the loop above -->
+```python
+x = 1
+```
+<!-- kvtierd: --host_slab_bytes=32MiB --nvme_bytes=0 -->
+
+```cpp
+int main() {}
+```
+- item:
+
+  ```python
+  print("indented")
+  ```
+"""
+    a, b, c = parse_blocks("t.md", text)
+    assert (a.line, a.lang, a.code, a.skip, a.daemon_flags) == (
+        4, "python", "x = 1\n", "a fragment of the loop above", ())
+    assert (b.line, b.lang, b.skip, b.daemon_flags) == (
+        9, "cpp", "", ("--host_slab_bytes=32MiB", "--nvme_bytes=0"))
+    assert (c.line, c.code, c.skip) == (14, 'print("indented")\n', "")
 
 
 def _run(block, argv, daemon, cwd, attempt):
