@@ -10,11 +10,14 @@
 #       prefix_keys list for every batch, extended only when not empty), the
 #       prefetch's _storage_hit_query then page get
 #   python/sglang/srt/mem_cache/storage/backend_factory.py   _create_dynamic_backend
+#   python/sglang/srt/mem_cache/hiradix_cache.py   _parse_storage_backend_extra_config: the
+#       JSON of --hicache-storage-backend-extra-config, with SGLang's own keys taken out
 # How it was read: the tags' snapshots are over the size the source store hands
 # out; these were checked against the stored newest versions of those files
 # and the reviewer's reproduction on the tags (issue 25). Not SGLang: nothing
 # here ran inside the engine.
 import importlib
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, List, Optional
@@ -194,6 +197,26 @@ def create_dynamic_backend(storage_config):
     if not issubclass(cls, HiCacheStorage):
         raise TypeError(f"Backend class {cfg['class_name']} must inherit from HiCacheStorage")
     return cls(storage_config, {})
+
+
+# -- hiradix_cache.HiRadixCache._parse_storage_backend_extra_config ---------------
+def parse_storage_backend_extra_config(raw):
+    """--hicache-storage-backend-extra-config as HiRadixCache reads it: the JSON,
+    with the keys SGLang itself uses popped (they never reach the backend).
+    Returns (extra_config for the backend, {SGLang's keys and values})."""
+    extra_config = json.loads(raw) if raw else {}
+    own = {"prefetch_threshold": extra_config.pop("prefetch_threshold", 256),
+           "prefetch_timeout_base": extra_config.pop("prefetch_timeout_base", 1),
+           "prefetch_timeout_per_ki_token": extra_config.pop("prefetch_timeout_per_ki_token", 0.25),
+           "hicache_storage_pass_prefix_keys":
+               extra_config.pop("hicache_storage_pass_prefix_keys", False)}
+    if not isinstance(own["prefetch_threshold"], int):
+        raise ValueError(f"prefetch_threshold must be int, got "
+                         f"{type(own['prefetch_threshold']).__name__}")
+    for k in ("prefetch_timeout_base", "prefetch_timeout_per_ki_token"):
+        if not isinstance(own[k], (int, float)):
+            raise ValueError(f"{k} must be number, got {type(own[k]).__name__}")
+    return extra_config, own
 
 
 # -- cache_controller.HiCacheController, the storage side -------------------------

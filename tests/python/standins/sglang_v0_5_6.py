@@ -8,7 +8,8 @@
 # Not SGLang: nothing here ran inside the engine.
 from standins._sglang_v0_5 import (HiCacheController as _Controller,  # noqa: F401
                                   HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo,
-                                  MHATokenToKVPoolHost, create_dynamic_backend, torch_alloc)
+                                  MHATokenToKVPoolHost, create_dynamic_backend,
+                                  parse_storage_backend_extra_config, torch_alloc)
 
 __version__ = "0.5.6"
 V1_FOR_DYNAMIC = True  # does the dynamic backend get batch_get_v1/batch_set_v1?

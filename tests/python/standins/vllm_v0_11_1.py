@@ -11,11 +11,17 @@
 #       connector after each step (get_finished, then get_block_ids_with_load_errors)
 #   vllm/v1/attention/backends/flash_attn.py, flashinfer.py   get_kv_cache_shape
 #   vllm/distributed/parallel_state.py   get_tensor_model_parallel_rank
+#   vllm/config/kv_transfer.py     KVTransferConfig, what --kv-transfer-config's JSON becomes
+#       (its fields and __post_init__ checks; read from the stored newest version of the
+#       file, which has no field the v0.11.1 docs do not list)
+#   vllm/distributed/kv_transfer/kv_connector/factory.py   KVConnectorFactory: a connector
+#       not in vLLM's registry is kv_connector_module_path's attribute kv_connector
 # How it was read: the tag's snapshot is over the size the source store hands
 # out, so these were checked against the tag's rendered API pages
 # (docs.vllm.ai/en/v0.11.x/api/...) and PR #19330; fields the connector does not
 # read are left out. Not vLLM: nothing here ran inside the engine.
 import enum
+import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -218,6 +224,44 @@ class Attention:
 
     def get_attn_backend(self):
         return self.attn_backend
+
+
+# -- vllm/config/kv_transfer.py, the factory --------------------------------------
+KVRole = ("kv_producer", "kv_consumer", "kv_both")
+
+
+@dataclass
+class KVTransferConfig:
+    """--kv-transfer-config '<json>' as vLLM builds it from the JSON's keys. A
+    key that is not a field is a TypeError here (stricter than vLLM, whose
+    pydantic dataclass may ignore it): a misspelt option fails loudly."""
+    kv_connector: Optional[str] = None
+    engine_id: Optional[str] = None
+    kv_buffer_device: Optional[str] = "cuda"
+    kv_buffer_size: float = 1e9
+    kv_role: Optional[str] = None
+    kv_rank: Optional[int] = None
+    kv_parallel_size: int = 1
+    kv_ip: str = "127.0.0.1"
+    kv_port: int = 14579
+    kv_connector_extra_config: dict = field(default_factory=dict)
+    kv_connector_module_path: Optional[str] = None
+
+    def __post_init__(self):
+        if self.kv_role is not None and self.kv_role not in KVRole:
+            raise ValueError(f"Unsupported kv_role: {self.kv_role}. Supported roles are {KVRole}")
+        if self.kv_connector is not None and self.kv_role is None:
+            raise ValueError("Please specify kv_disagg_role when kv_connector is set, supported "
+                             f"roles are {KVRole}")
+
+
+def get_connector_class(kv_transfer_config):
+    """KVConnectorFactory.get_connector_class for a connector outside vLLM's
+    registry (kvtier's): import kv_connector_module_path, take kv_connector."""
+    name, path = kv_transfer_config.kv_connector, kv_transfer_config.kv_connector_module_path
+    if path is None:
+        raise ValueError(f"Unsupported connector type: {name}")
+    return getattr(importlib.import_module(path), name)
 
 
 # -- parallel state ----------------------------------------------------------
