@@ -261,7 +261,7 @@ def record(args):
                              f"threshold on --ratio; give --met yes or --met no")
         if judged is not None:
             rec["met"] = judged
-    elif not rec.get("target"):
+    elif "met" not in given and not rec.get("target"):
         rec["met"] = None
     rec = {f: rec.get(f, "" if f in ("baseline", "target") else None) for f in FIELDS
            if f != "note" or rec.get("note")}
