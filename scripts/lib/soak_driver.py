@@ -73,10 +73,13 @@ class Tenant(threading.Thread):
             self.err("connect", e)
             return
         recent = []
+        # The ledger's pages must all stay (its NVMe reserve holds them): a
+        # bounded set, and it never deletes.
+        prefixes, tails = (40, 10) if self.ledger_path else (400, 2000)
         while not STOP.is_set():
             # Zipf-like: a few hot prefixes, a long tail of cold ones.
-            prefix = int(self.rng.paretovariate(1.2)) % 400
-            tail = self.rng.randrange(2000)
+            prefix = int(self.rng.paretovariate(1.2)) % prefixes
+            tail = self.rng.randrange(tails)
             keys = kvtier.page_keys(LAYOUT, prompt_tokens(self.name, prefix, tail,
                                                           self.rng.random() < 0.3))
             try:
@@ -84,7 +87,7 @@ class Tenant(threading.Thread):
                 recent.append(keys)
                 if len(recent) > 50:
                     old = recent.pop(0)
-                    if self.rng.random() < 0.05:
+                    if self.ledger_path is None and self.rng.random() < 0.05:
                         c.delete(old[4:])  # a tail, never a shared prefix
                         self.stats["deletes"] += 1
                 if self.rng.random() < 0.1:

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# A soak (issue 28): kvtierd under a mixed workload for DURATION seconds, to
+# show that nothing grows and nothing is lost.
+#   scripts/soak.sh DURATION [OUT_DIR]          (default 120 s, build/soak)
+# - one kvtierd (host 256 MiB + NVMe 1 GiB, so eviction, cleaning and NVMe
+#   reads run all the time) beside a loopback Redis Cluster (its shared
+#   cache, sealed records);
+# - scripts/lib/soak_driver.py: tenants alpha, beta and ledger, each one
+#   thread of LOOKUP with leases, byte-checked GETs, PUTs, PREFETCH and
+#   DELETE; ledger's pages are made durable by an admin FLUSH every 20 s;
+# - every RESTART_S (default DURATION/3, at least 60 s) the daemon is
+#   restarted, SIGTERM and SIGKILL in turn, after which every durable ledger
+#   page must be found byte for byte;
+# - every 10 s: RSS, open fds, threads, the NVMe index's RocksDB size, index
+#   pages, and p50/p99 per request type, to OUT_DIR/soak.csv (and soak.png
+#   with gnuplot).
+# Pass (scripts/lib/soak_report.py): 0 failed, 0 corrupt, 0 ledger pages
+# lost; per daemon lifetime after its first minute, RSS growing <= 5% per
+# hour (least squares), fds and threads flat (max - min <= 2); GET/PUT/LOOKUP
+# p99 in the last window within 20% of the first window after warm-up (only
+# judged for runs of 20 minutes and more). Exit 0 on pass, 1 on a failed
+# check, 2 on bad setup.
+# Environment: KVTIER_BUILD_DIR (build), NO_BUILD=1, KVTIER_BENCH_DIR (a real
+# disk for NVMe; default the build dir), RESTART_S, SAMPLE_S (10).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION="${1:-120}"
+BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+OUT="${2:-$BUILD_DIR/soak}"
+SAMPLE_S="${SAMPLE_S:-10}"
+RESTART_S="${RESTART_S:-$(( DURATION / 3 > 60 ? DURATION / 3 : 60 ))}"
+if [ "${NO_BUILD:-0}" != 1 ]; then
+  cmake --build "$BUILD_DIR" -j2 --target kvtierd kvtierctl kvtier_python_package >/dev/null
+fi
+KVTIERD="$BUILD_DIR/daemon/kvtierd"
+CTL="$BUILD_DIR/tools/kvtierctl"
+export PYTHONPATH="$BUILD_DIR/python"
+command -v redis-server >/dev/null || { echo "soak: redis-server missing (scripts/setup.sh)"; exit 2; }
+mkdir -p "$OUT"
+rm -f "$OUT"/soak.csv "$OUT"/driver-*.jsonl "$OUT"/ledger-*.json "$OUT"/soak.png
+TMP="$(mktemp -d "${KVTIER_BENCH_DIR:-$BUILD_DIR}/kvtier-soak.XXXXXX")"
+CLUSTER="$TMP/cluster"
+DAEMON=""
+DRIVER=""
+cleanup() {
+  [ -z "$DRIVER" ] || kill -TERM "$DRIVER" 2>/dev/null || true
+  [ -z "$DAEMON" ] || { kill -TERM "$DAEMON" 2>/dev/null; wait "$DAEMON" 2>/dev/null || true; }
+  scripts/redis_cluster.sh stop "$CLUSTER" >/dev/null 2>&1 || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+scripts/redis_cluster.sh start "$CLUSTER" >/dev/null
+SEEDS="$(cat "$CLUSTER/seeds")"
+python3 -c 'import os; print(os.urandom(32).hex())' >"$TMP/secret"
+chmod 0600 "$TMP/secret"
+cat >"$TMP/tenants.json" <<'JSON'
+{"tenants": [
+  {"name": "alpha",  "token": "alpha-token-0123", "quota": {"host": "128MiB"}},
+  {"name": "beta",   "token": "beta-token-01234", "quota": {"host": "128MiB"}},
+  {"name": "ledger", "token": "ledger-token-012", "reserve": {"host": "16MiB", "nvme": "256MiB"}},
+  {"name": "ops",    "token": "ops-token-012345", "admin": true}
+]}
+JSON
+chmod 0600 "$TMP/tenants.json"
+SOCK="$TMP/kvtierd.sock"
+start_daemon() {
+  "$KVTIERD" --socket="$SOCK" --state_dir="$TMP/state" --tenants_file="$TMP/tenants.json" \
+    --host_bytes=256MiB --host_slab_bytes=4MiB --nvme_bytes=1GiB --hugepages=off \
+    --remote_seeds="$SEEDS" --remote_secret_file="$TMP/secret" --log_level=warn \
+    >>"$OUT/kvtierd.log" 2>&1 &
+  DAEMON=$!
+  for _ in $(seq 300); do
+    "$CTL" --endpoint="ipc://$SOCK" --tenant=ops --token=ops-token-012345 ping >/dev/null 2>&1 &&
+      return 0
+    kill -0 "$DAEMON" 2>/dev/null || { tail -5 "$OUT/kvtierd.log"; exit 2; }
+    sleep 0.1
+  done
+  echo "soak: kvtierd did not start"; exit 2
+}
+DRIVER_ARGS=(--endpoint="ipc://$SOCK" --tenants=alpha:alpha-token-0123,beta:beta-token-01234,ledger:ledger-token-012
+             --admin=ops:ops-token-012345 --state="$TMP")
+start_driver() {
+  /usr/bin/python3 scripts/lib/soak_driver.py "${DRIVER_ARGS[@]}" --seconds="$1" \
+    >>"$OUT/driver-$EPOCH.jsonl" 2>>"$OUT/driver.err" &
+  DRIVER=$!
+}
+sample() {  # one CSV row: t, epoch, rss_kb, fds, threads, rocksdb_kb, index_pages, p50/p99 x3
+  local t=$1 rss fds thr rdb stats
+  rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$DAEMON/status" 2>/dev/null || echo 0)
+  thr=$(awk '/^Threads:/ {print $2}' "/proc/$DAEMON/status" 2>/dev/null || echo 0)
+  fds=$(ls "/proc/$DAEMON/fd" 2>/dev/null | wc -l)
+  rdb=$(du -sk "$TMP/state/nvme" 2>/dev/null | awk '{print $1}')
+  stats=$("$CTL" --endpoint="ipc://$SOCK" --tenant=ops --token=ops-token-012345 stats --json 2>/dev/null || echo '{}')
+  python3 - "$t" "$EPOCH" "$rss" "$fds" "$thr" "${rdb:-0}" "$stats" >>"$OUT/soak.csv" <<'PY'
+import json, sys
+t, epoch, rss, fds, thr, rdb, raw = sys.argv[1:]
+try:
+    s = json.loads(raw)
+except ValueError:
+    s = {}
+lat = {r.get("request"): r for r in s.get("latency", [])}
+row = [t, epoch, rss, fds, thr, rdb, str(s.get("daemon", {}).get("index_pages", 0))]
+for req in ("LOOKUP", "GET", "PUT"):
+    r = lat.get(req, {})
+    row += [f"{r.get('p50_us', 0):.0f}", f"{r.get('p99_us', 0):.0f}"]
+print(",".join(row))
+PY
+}
+
+echo "t_s,epoch,rss_kb,fds,threads,nvme_dir_kb,index_pages,lookup_p50_us,lookup_p99_us,get_p50_us,get_p99_us,put_p50_us,put_p99_us" >"$OUT/soak.csv"
+: >"$OUT/kvtierd.log"
+: >"$OUT/driver.err"
+START=$(date +%s)
+EPOCH=0
+KILL_NEXT=TERM
+start_daemon
+echo "soak: ${DURATION}s, restart every ${RESTART_S}s, samples every ${SAMPLE_S}s -> $OUT"
+while :; do
+  now=$(( $(date +%s) - START ))
+  [ "$now" -lt "$DURATION" ] || break
+  left=$(( DURATION - now ))
+  run=$(( left < RESTART_S ? left : RESTART_S ))
+  start_driver "$run"
+  EPOCH_END=$(( $(date +%s) + run ))
+  while [ "$(date +%s)" -lt "$EPOCH_END" ]; do
+    sample $(( $(date +%s) - START ))
+    sleep "$SAMPLE_S"
+  done
+  wait "$DRIVER" || true
+  DRIVER=""
+  sample $(( $(date +%s) - START ))
+  [ $(( $(date +%s) - START )) -lt "$DURATION" ] || break
+  # A restart: SIGTERM and SIGKILL in turn; then the ledger must be whole.
+  kill "-$KILL_NEXT" "$DAEMON"
+  wait "$DAEMON" 2>/dev/null || true
+  echo "soak: t=$(( $(date +%s) - START ))s restart after SIG$KILL_NEXT"
+  KILL_NEXT=$([ "$KILL_NEXT" = TERM ] && echo KILL || echo TERM)
+  EPOCH=$(( EPOCH + 1 ))
+  start_daemon
+  /usr/bin/python3 scripts/lib/soak_driver.py "${DRIVER_ARGS[@]}" --check_ledger \
+    >"$OUT/ledger-$EPOCH.json" 2>>"$OUT/driver.err" || true
+done
+kill -TERM "$DAEMON"
+wait "$DAEMON"
+RC=$?
+DAEMON=""
+echo "{\"final_sigterm_exit\": $RC}" >"$OUT/final.json"
+/usr/bin/python3 scripts/lib/soak_report.py "$OUT" "$DURATION"
