@@ -13,7 +13,8 @@
 #     same 124m checkpoint, prompt and daemon (Python / C++ <= 1.5).
 # Prints every figure, its baseline, the ratio and PASS/MISS; exits non-zero
 # only when a correctness check fails. Extra arguments go to the driver
-# (scripts/lib/bench_engines.py: --sections=vllm,sglang,model, --repeats, ...).
+# (scripts/lib/bench_engines.py: --repeats, --threads, ...), once per section
+# (BENCH_SECTIONS, default "vllm sglang model"), each in its own process.
 # Env: KVTIER_BUILD_DIR (binaries, default build), KVTIER_PY_DIR (a directory
 # holding the kvtier package with its extension, default $KVTIER_BUILD_DIR/python),
 # KVTIER_NO_BUILD=1 to use what is built, BENCH_MODEL=DIR to reuse a checkpoint.
@@ -46,7 +47,14 @@ echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # (512 MiB: the default lease budget, half of a quarter of the host tier per
 # tenant, would lease only 192 of its 256 pages with 3 GiB).
 kvtier_start engines --host_bytes=4GiB --nvme_bytes=0 --prefetch_max_pinned=2GiB
-PYTHONPATH="$PY_DIR${PYTHONPATH:+:$PYTHONPATH}" \
-  /usr/bin/python3 scripts/lib/bench_engines.py --endpoint="ipc://$TMP/engines.sock" \
-  --model="$MODEL" --generate="$BUILD_DIR/client/decoder/kvtier-generate" "$@"
+# One process per section: none runs in the memory, threads or thread pools
+# another one left behind.
+rc=0
+for section in ${BENCH_SECTIONS:-vllm sglang model}; do
+  PYTHONPATH="$PY_DIR${PYTHONPATH:+:$PYTHONPATH}" \
+    /usr/bin/python3 scripts/lib/bench_engines.py --endpoint="ipc://$TMP/engines.sock" \
+    --model="$MODEL" --generate="$BUILD_DIR/client/decoder/kvtier-generate" \
+    --sections="$section" "$@" || rc=1
+done
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+exit $rc

@@ -395,7 +395,10 @@ def main():
     p.add_argument("--generate", help="the kvtier-generate binary (model section)")
     p.add_argument("--model_tokens", type=int, default=2048)
     p.add_argument("--prompt_seed", type=int, default=7)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    # 1: torch's own ops single-threaded, BLAS threaded by OpenBLAS (its
+    # pthreads, nproc of them), as kvtier-generate runs. More torch (OpenMP)
+    # threads fight OpenBLAS's for the 2 cores: restored TTFT 100 -> 170-960 ms.
+    p.add_argument("--threads", type=int, default=1, help="model section: torch threads")
     args = p.parse_args()
     for section in args.sections.split(","):
         t0 = time.monotonic()
