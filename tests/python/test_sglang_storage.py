@@ -260,8 +260,6 @@ def test_hostile_inputs_give_clear_exceptions(kvtierd):
         create_backend(kvtierd, pool, staging_pages=0)
     with pytest.raises(ValueError, match="unknown extra_config"):
         create_backend(kvtierd, pool, endpont="x")
-    # SGLang's own key from the documented launch command is not ours to refuse.
-    create_backend(kvtierd, make_pool(), hicache_storage_pass_prefix_keys=True).close()
     mla = HiCacheStorageConfig(0, 1, 0, 1, True, True, "m", extra_config={})
     with pytest.raises(NotImplementedError, match="MLA"):
         kv_sglang.KvtierStorage(mla, {})

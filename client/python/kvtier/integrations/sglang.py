@@ -36,11 +36,8 @@ except ImportError as e:
     ) from e
 
 log = logging.getLogger("kvtier.integrations.sglang")
-# Keys SGLang itself reads from extra_config (the dynamic loader's, and the
-# cache controller's hicache_storage_pass_prefix_keys, which the launch command
-# in docs/INTEGRATIONS.md sets); the backend gets the whole dict. Ours are the rest.
-_LOADER_KEYS = {"backend_name", "module_path", "class_name", "interface_v1",
-                "hicache_storage_pass_prefix_keys"}
+# Keys the dynamic loader reads from extra_config (ours are the rest).
+_LOADER_KEYS = {"backend_name", "module_path", "class_name", "interface_v1"}
 _OPTIONS = {"endpoint": None, "tenant": "default", "token": "", "timeout_ms": 10000,
             "lease_ms": 10000, "staging_pages": 64, "model_id": None}
 
