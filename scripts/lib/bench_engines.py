@@ -264,13 +264,14 @@ def bench_sglang(args):
         pool.kv_buffer.view(torch.int16).copy_(torch.randint(
             -30000, 30000, pool.kv_buffer.shape, generator=g, dtype=torch.int16))
         extra = {"backend_name": "kvtier", "module_path": "kvtier.integrations.sglang",
-                 "class_name": "KvtierStorage", "interface_v1": 1,
-                 "hicache_storage_pass_prefix_keys": True, "endpoint": args.endpoint,
+                 "class_name": "KvtierStorage", "interface_v1": 1, "endpoint": args.endpoint,
                  "timeout_ms": 60000}
         cfg = engine.HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1,
                                           is_mla_model=False, is_page_first_layout=True,
                                           model_name="bench/llama-3.1-8b-shape",
                                           extra_config=extra)
+        # (SGLang pops its own hicache_storage_pass_prefix_keys before the
+        # backend sees the config; batches below pass prefix_keys as it then does.)
         backend = engine.create_dynamic_backend(cfg)
         backend.register_mem_pool_host(pool)
         check(backend.zero_copy, "sglang: the host pool is zero copy")
