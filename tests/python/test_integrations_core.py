@@ -160,14 +160,17 @@ def save(m, pages):
     return failed
 
 
-def test_pages_round_trip_through_the_daemon_and_a_miss_stays_untouched(kvtierd):
+# Staging of 1 page: no overlap; 2: GETs of one page, the next one in flight
+# while a page is written; 5: chunks of 2, the last one short.
+@pytest.mark.parametrize("staging", [1, 2, 5])
+def test_pages_round_trip_through_the_daemon_and_a_miss_stays_untouched(kvtierd, staging):
     src = layers()
-    m, _ = mover(kvtierd.endpoint, src, staging_pages=2)  # 5 pages: three chunks
+    m, _ = mover(kvtierd.endpoint, src, staging_pages=staging)  # 5 pages: several chunks
     keys = kvtier.external_keys([bytes([i]) * 32 for i in range(6)], "m", m.kv.layout)
     assert save(m, tasks(keys[:5], [0, 3, 4, 8, 11])) == set()
     dst = layers(seed=1)
     before = [t.clone() for t in dst]
-    m2, _ = mover(kvtierd.endpoint, dst, staging_pages=2)
+    m2, _ = mover(kvtierd.endpoint, dst, staging_pages=staging)
     # keys[5] was never stored: its block must keep its old bytes.
     job = load(m2, tasks(keys, [1, 2, 5, 6, 7, 9]))
     assert job.failed == {5} and job.failed_blocks() == {9}

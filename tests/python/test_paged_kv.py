@@ -64,6 +64,30 @@ def test_fp16_rounds_to_nearest_even():
     assert kk[0, 0].tolist() == [1.0, 1 + 2 ** -9, float("inf"), 0.0]
 
 
+def test_gather_into_a_workspace_equals_a_fresh_gather():
+    """The model's reused fp32 workspace (no fresh tensor per layer) gives the
+    same K/V, for every page dtype and a partial last page; a workspace of the
+    wrong shape or dtype is refused."""
+    for dtype in ("fp32", "fp16", "bf16"):
+        c, _ = make(dtype=dtype)
+        seq = c.add_sequence()
+        n = 19  # three pages, the last partial
+        c.reserve(seq, n)
+        g = torch.Generator().manual_seed(3)
+        c.scatter(seq, 1, 0, torch.randn(n, H, D, generator=g), torch.randn(n, H, D, generator=g))
+        c.commit(seq, n)
+        work = torch.full((2, H, 4 * TPP, D), float("nan"))
+        for end in (1, TPP, n):
+            want = c.gather(seq, 1, end)
+            got = c.gather(seq, 1, end, work)
+            assert all(torch.equal(a, b) for a, b in zip(want, got))
+            assert got[0].data_ptr() == work.data_ptr()  # views of the workspace
+        for bad in (torch.empty(2, H, n - 1, D), torch.empty(2, H, n, D, dtype=torch.float64),
+                    torch.empty(2, H + 1, n, D)):
+            with pytest.raises(KvCacheError, match="workspace"):
+                c.gather(seq, 1, n, bad)
+
+
 def test_pages_view_the_buffer_without_copy():
     c, buf = make()
     c.pages[1, 2, 1, 1, 7, 3] = 42.0

@@ -103,7 +103,7 @@ class WorkerSide:
         reportable at once."""
         job, self._sync = self._sync, None
         if job is not None:
-            chunks = 1 + len(job.pages) // self.mover.load_staging.capacity
+            chunks = 1 + self.mover.load_calls(len(job.pages))
             self.tracker.settle(job, chunks * self.cfg.timeout_ms / 1000.0 + 5.0)
 
     def check_layer(self, layer_name, kv_layer):
@@ -173,5 +173,7 @@ class WorkerSide:
         if self.thread is not None:
             self.drain()
             self.thread.close()
+        if self.mover is not None:
+            self.mover.close()
         if self.client is not None:
             self.client.close()

@@ -3,6 +3,7 @@
 # ...; layer = K half | V half; half = [kv_heads][tokens_per_page][head_dim])
 # and moves whole pages between them and kvtierd through registered staging
 # ShmBuffers (gather before a PUT, scatter after a GET).
+import concurrent.futures
 import threading
 import time
 
@@ -51,6 +52,10 @@ class PagedKv:
         _, self.num_blocks, self.kv_heads, self.block_size, self.head_dim = self._views[0].shape
         self.blocks_per_page = blocks_per_page
         self.dtype, self.device = first.dtype, first.device
+        # Pages only move bytes: copy them as the widest integer words a head
+        # row divides into (torch copies fp16/bf16 strided rows far slower).
+        self._word = _word_dtype(self.head_dim * first.element_size(), first.stride(-1) == 1)
+        self._wviews = [t.view(self._word).permute(perm) for t in layers]
         self.layout = kvtier.Layout(len(layers), self.kv_heads, self.head_dim,
                                     self.block_size * blocks_per_page, DTYPES[self.dtype])
         self.page_shape = (len(layers), 2, self.kv_heads, self.layout.tokens_per_page,
@@ -93,36 +98,69 @@ class PagedKv:
             raise ValueError("a block id appears twice among the pages to load")
         return flat
 
+    def _segments(self, pages, slots, skips=None):
+        """The copies that move pages[i] (minus its first skips[i] blocks) to
+        or from staging slot slots[i]: ("run", slot0, block0, m) for m full,
+        unskipped pages in consecutive slots whose blocks are consecutive ids
+        (one copy per layer: the usual case, blocks allocated in order), else
+        ("block", slot, j, block) per block."""
+        k, segs = self.blocks_per_page, []
+        for i, blocks in enumerate(pages):
+            skip = skips[i] if skips else 0
+            whole = (skip == 0 and len(blocks) == k and
+                     all(blocks[j] == blocks[0] + j for j in range(k)))
+            if whole:
+                last = segs[-1] if segs else None
+                if (last is not None and last[0] == "run" and last[1] + last[3] == slots[i] and
+                        last[2] + last[3] * k == blocks[0]):
+                    segs[-1] = ("run", last[1], last[2], last[3] + 1)
+                else:
+                    segs.append(("run", slots[i], blocks[0], 1))
+            else:
+                segs += [("block", slots[i], j, blocks[j]) for j in range(skip, len(blocks))]
+        return segs
+
+    def _pairs(self, staging, segs):
+        """(page-side view, block-side view) of each segment and layer, as
+        words, of equal shapes."""
+        k, H, T = self.blocks_per_page, self.kv_heads, self.block_size
+        st = staging.view(self._word)
+        dw = st.shape[-1]
+        for l, v in enumerate(self._wviews):
+            for kind, slot, a, b in segs:
+                if kind == "run":  # m pages: staging (m, 2, H, k, T, d), blocks (2, m*k, H, T, d)
+                    m = b
+                    page = st[slot:slot + m, l].view(m, 2, H, k, T, dw)
+                    blk = v[:, a:a + m * k].view(2, m, k, H, T, dw).permute(1, 0, 3, 2, 4, 5)
+                else:  # one block: staging page slot, position a; block b
+                    page = st[slot, l].view(2, H, k, T, dw)[:, :, a]
+                    blk = v[:, b]
+                yield page, blk
+
     def gather(self, pages, staging, slots):
         """Copies the blocks of pages[i] into staging page slots[i] (all layers)."""
-        ids = torch.tensor(self.check_pages(pages), dtype=torch.long, device=self.device)
-        slot_t = torch.tensor(slots, dtype=torch.long)
-        n, k = len(pages), self.blocks_per_page
-        for l, v in enumerate(self._views):
-            x = v.index_select(1, ids).view(2, n, k, self.kv_heads, self.block_size, self.head_dim)
-            x = x.permute(1, 0, 3, 2, 4, 5).reshape(n, *self.page_shape[1:])
-            staging[slot_t, l] = x.to(staging.device)
+        self.check_pages(pages)
+        for page, blk in self._pairs(staging, self._segments(pages, slots)):
+            page.copy_(blk)
 
     def scatter(self, staging, slots, pages, skips=None):
         """Writes staging page slots[i] into the blocks of pages[i], except its
         first skips[i] blocks (already computed by the engine). A page may list
         fewer blocks than it holds: its last ones are then not written."""
         self.check_pages(pages, unique=True, allow_short=True)
-        skips = skips or [0] * len(pages)
-        sel = [(i, j, pages[i][j]) for i in range(len(pages)) for j in range(skips[i],
-                                                                         len(pages[i]))]
-        if not sel:
-            return
-        slot_of = torch.tensor([slots[i] for i, _, _ in sel], dtype=torch.long)
-        in_page = torch.tensor([j for _, j, _ in sel], dtype=torch.long)
-        ids = torch.tensor([b for _, _, b in sel], dtype=torch.long, device=self.device)
-        rows = torch.arange(len(sel))
-        shape6 = (len(sel), 2, self.kv_heads, self.blocks_per_page, self.block_size, self.head_dim)
-        for l, v in enumerate(self._views):
-            x = staging[slot_of, l].view(shape6)[rows, :, :, in_page]  # (N, 2, H, T, D)
-            v[:, ids] = x.permute(1, 0, 2, 3, 4).to(self.device)
+        for page, blk in self._pairs(staging, self._segments(pages, slots, skips)):
+            blk.copy_(page)
         if self.device.type == "cuda":  # the caller reports the load done after this
             torch.cuda.current_stream(self.device).synchronize()
+
+
+def _word_dtype(row_bytes, last_dim_contiguous):
+    """The widest integer dtype that tiles a head row of `row_bytes`."""
+    if last_dim_contiguous:
+        for dt, size in ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2)):
+            if row_bytes % size == 0:
+                return dt
+    return torch.uint8
 
 
 class StagingBuffer:
@@ -184,28 +222,73 @@ class PageMover:
         self.save_staging = StagingBuffer(client, kv.layout.page_bytes, staging_pages)
         self._load_pages = self.load_staging.pages(kv.dtype, kv.page_shape)
         self._save_pages = self.save_staging.pages(kv.dtype, kv.page_shape)
+        self._getter = None  # the thread GETs run on, while load() writes blocks
+
+    @staticmethod
+    def _chunk_pages(st):
+        """Pages per GET or PUT: half a staging buffer, so one chunk moves
+        between the daemon and staging while the other is copied between
+        staging and the engine's blocks (a buffer of 1 page: no overlap)."""
+        return max(1, st.capacity // 2)
+
+    def load_calls(self, n_pages):
+        """How many GETs load() makes for n_pages (to bound a load's time)."""
+        return -(-n_pages // self._chunk_pages(self.load_staging))
+
+    def _get_async(self, chunk, st):
+        """Lends slots for `chunk` and starts its GET on the getter thread:
+        (chunk, slots, future of get_pages' answer)."""
+        if self._getter is None:
+            self._getter = concurrent.futures.ThreadPoolExecutor(1, "kvtier-get")
+        slots = st.acquire(len(chunk))
+        try:
+            fut = self._getter.submit(get_pages, self.client, [p.key for p in chunk],
+                                      st.buffer_id, st.offsets(slots), self.get_timeout_ms)
+        except BaseException:
+            st.release(slots)
+            raise
+        return chunk, slots, fut
 
     def load(self, job):
         """GETs job.pages chunk by chunk and writes the pages that arrived into
-        their blocks; returns the indices of the others (blocks untouched)."""
+        their blocks; returns the indices of the others (blocks untouched).
+        The GET of the next chunk runs while this one is written to the blocks."""
         failed, pages, st = set(), job.pages, self.load_staging
-        for start, chunk in zip(range(0, len(pages), st.capacity), chunks(pages, st.capacity)):
-            slots = st.acquire(len(chunk))
-            try:
-                ok = get_pages(self.client, [p.key for p in chunk], st.buffer_id,
-                               st.offsets(slots), self.get_timeout_ms)
-                if ok is None:  # the daemon is gone: stop asking, use nothing staged
-                    return failed | set(range(start, len(pages)))
-                hit = [i for i, good in enumerate(ok) if good]
-                with job.write_lock:
-                    if job.cancelled:
-                        return range(len(pages))
-                    self.kv.scatter(self._load_pages, [slots[i] for i in hit],
-                                    [chunk[i].blocks for i in hit], [chunk[i].skip for i in hit])
-            finally:
-                st.release(slots)
-            failed.update(start + i for i, good in enumerate(ok) if not good)
-        return failed
+        size = self._chunk_pages(st)
+        overlap = st.capacity >= 2 * size
+        starts = list(range(0, len(pages), size))
+        nxt = self._get_async(pages[:size], st) if starts else None
+        try:
+            for n, start in enumerate(starts):
+                (chunk, slots, fut), nxt = nxt, None
+                try:
+                    ok = fut.result()
+                    if ok is None:  # the daemon is gone: stop asking, use nothing staged
+                        return failed | set(range(start, len(pages)))
+                    later = start + size < len(pages)
+                    if later and overlap:
+                        nxt = self._get_async(pages[start + size:start + 2 * size], st)
+                    hit = [i for i, good in enumerate(ok) if good]
+                    with job.write_lock:
+                        if job.cancelled:
+                            return range(len(pages))
+                        self.kv.scatter(self._load_pages, [slots[i] for i in hit],
+                                        [chunk[i].blocks for i in hit],
+                                        [chunk[i].skip for i in hit])
+                finally:
+                    st.release(slots)
+                failed.update(start + i for i, good in enumerate(ok) if not good)
+                if later and not overlap:
+                    nxt = self._get_async(pages[start + size:start + 2 * size], st)
+            return failed
+        finally:
+            if nxt is not None:  # its GET may still write its slots: wait before lending them
+                nxt[2].exception()
+                st.release(nxt[1])
+
+    def close(self):
+        if self._getter is not None:
+            self._getter.shutdown(wait=True)
 
     def stage(self, pages, timeout_s=30.0):
         """Caller's thread: yields (pages, slots) chunks whose blocks are now
@@ -214,7 +297,7 @@ class PageMover:
         PUT is what frees the slots a later chunk may wait for (TimeoutError
         after timeout_s)."""
         st = self.save_staging
-        for chunk in chunks(list(pages), st.capacity):
+        for chunk in chunks(list(pages), self._chunk_pages(st)):
             slots = st.acquire(len(chunk), timeout_s)
             try:
                 self.kv.gather([p.blocks for p in chunk], self._save_pages, slots)

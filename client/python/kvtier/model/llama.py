@@ -67,6 +67,9 @@ class LlamaModel:
                           for j in range(half)]
         self._cos = torch.empty(0, half)
         self._sin = torch.empty(0, half)
+        # fp32 K/V of one layer for attention, reused by every layer and call:
+        # a fresh tensor per layer costs its first-touch page faults each time.
+        self._kv_work = torch.empty(2, c.num_key_value_heads, 0, c.head_dim)
         self.tokens_computed = 0  # tokens run through forward(): what prefill really did
 
     # -- ops -----------------------------------------------------------------
@@ -133,6 +136,15 @@ class LlamaModel:
         o = torch.cat(out, dim=1) if len(out) > 1 else out[0]  # [kv_heads][n * g][d]
         return o.view(hkv, n, g, d).transpose(0, 1).reshape(n, c.num_attention_heads * d)
 
+    def _workspace(self, tokens):
+        """self._kv_work with room for `tokens` positions (grown by whole pages)."""
+        if self._kv_work.shape[2] < tokens:
+            tpp = self.cache.tokens_per_page
+            c = self.config
+            self._kv_work = torch.empty(2, c.num_key_value_heads, -(-tokens // tpp) * tpp,
+                                        c.head_dim)
+        return self._kv_work
+
     # -- forward -------------------------------------------------------------
     def _check(self, seq, tokens):
         c = self.config
@@ -160,7 +172,7 @@ class LlamaModel:
         if gate is not None:
             gate(l)  # a layer-wise restore: layer l of the restored pages is in place after
         self.cache.scatter(seq, l, start, k.view(n, hkv, d), v.view(n, hkv, d))
-        kk, vv = self.cache.gather(seq, l, start + n)  # attention reads the page dtype
+        kk, vv = self.cache.gather(seq, l, start + n, self._workspace(start + n))  # page dtype
         x = _add_bias(_linear_acc(self._attention(q, kk, vv, start), lw.o_proj, x), lw.o_bias)
         h = self._rms_norm(x, lw.post_norm)
         f = self._swiglu(_add_bias(_linear(h, lw.gate_proj), lw.gate_bias),

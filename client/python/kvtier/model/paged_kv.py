@@ -168,15 +168,23 @@ class PagedKvCache:
             self.pages[page, layer, 0, :, s0:s1] = k[rows].transpose(0, 1)
             self.pages[page, layer, 1, :, s0:s1] = v[rows].transpose(0, 1)
 
-    def gather(self, seq, layer, end):
-        """K and V of positions [0, end) of `layer` as fp32 [kv_heads][end][head_dim]."""
+    def gather(self, seq, layer, end, out=None):
+        """K and V of positions [0, end) of `layer` as fp32 [kv_heads][end][head_dim].
+        `out`: an fp32 workspace [2][kv_heads][>= end][head_dim] to fill and
+        return views of (valid until it is filled again); None: a new tensor.
+        One pass per page: the page dtype is converted while it is copied."""
         s, tpp = self._find(seq), self.tokens_per_page
         nb = (end + tpp - 1) // tpp
         if nb > len(s.blocks):
             raise KvCacheError(f"kv cache: sequence {seq} has {len(s.blocks)} pages, "
                                f"{end} tokens need {nb}")
-        idx = torch.tensor(s.blocks[:nb], dtype=torch.long)
-        kv = self.pages[idx, layer]  # [nb][2][kv_heads][tpp][head_dim], a copy
-        kv = kv.permute(1, 2, 0, 3, 4).reshape(2, self.kv_heads, nb * tpp, self.head_dim)
-        kv = kv[:, :, :end].float()
-        return kv[0], kv[1]
+        if out is None:
+            out = torch.empty(2, self.kv_heads, end, self.head_dim)
+        elif (out.dtype != torch.float32 or out.dim() != 4 or out.shape[2] < end or
+              tuple(out.shape[:2]) != (2, self.kv_heads) or out.shape[3] != self.head_dim):
+            raise KvCacheError(f"kv cache: gather workspace {tuple(out.shape)} {out.dtype} "
+                               f"cannot hold [2][{self.kv_heads}][{end}][{self.head_dim}] fp32")
+        for i, page in enumerate(s.blocks[:nb]):
+            t0, t1 = i * tpp, min(end, (i + 1) * tpp)
+            out[:, :, t0:t1].copy_(self.pages[page, layer, :, :, :t1 - t0])
+        return out[0, :, :end], out[1, :, :end]
