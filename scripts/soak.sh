@@ -7,7 +7,8 @@
 #   cache, sealed records);
 # - scripts/lib/soak_driver.py: tenants alpha, beta and ledger, each one
 #   thread of LOOKUP with leases, byte-checked GETs, PUTs, PREFETCH and
-#   DELETE; ledger's pages are made durable by an admin FLUSH every 20 s;
+#   DELETE, and an admin FLUSH every 20 s; the daemon runs write-through, so
+#   every page a PUT of tenant ledger acknowledged must survive any restart;
 # - every RESTART_S (default DURATION/3, at least 60 s) the daemon is
 #   restarted, SIGTERM and SIGKILL in turn, after which every durable ledger
 #   page must be found byte for byte;
@@ -37,8 +38,9 @@ CTL="$BUILD_DIR/tools/kvtierctl"
 export PYTHONPATH="$BUILD_DIR/python"
 command -v redis-server >/dev/null || { echo "soak: redis-server missing (scripts/setup.sh)"; exit 2; }
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 rm -f "$OUT"/soak.csv "$OUT"/driver-*.jsonl "$OUT"/ledger-*.json "$OUT"/soak.png
-TMP="$(mktemp -d "${KVTIER_BENCH_DIR:-$BUILD_DIR}/kvtier-soak.XXXXXX")"
+TMP="$(mktemp -d "$(cd "${KVTIER_BENCH_DIR:-$BUILD_DIR}" && pwd)/kvtier-soak.XXXXXX")"
 CLUSTER="$TMP/cluster"
 DAEMON=""
 DRIVER=""
@@ -56,18 +58,21 @@ python3 -c 'import os; print(os.urandom(32).hex())' >"$TMP/secret"
 chmod 0600 "$TMP/secret"
 cat >"$TMP/tenants.json" <<'JSON'
 {"tenants": [
-  {"name": "alpha",  "token": "alpha-token-0123", "quota": {"host": "128MiB"}},
-  {"name": "beta",   "token": "beta-token-01234", "quota": {"host": "128MiB"}},
+  {"name": "alpha",  "token": "alpha-token-0123", "quota": {"host": "128MiB", "nvme": "384MiB"}},
+  {"name": "beta",   "token": "beta-token-01234", "quota": {"host": "128MiB", "nvme": "384MiB"}},
   {"name": "ledger", "token": "ledger-token-012", "reserve": {"host": "16MiB", "nvme": "256MiB"}},
   {"name": "ops",    "token": "ops-token-012345", "admin": true}
 ]}
 JSON
 chmod 0600 "$TMP/tenants.json"
 SOCK="$TMP/kvtierd.sock"
+REMOTE_ARGS=(--remote_seeds="$SEEDS" --remote_secret_file="$TMP/secret")
+[ "${REMOTE:-1}" = 1 ] || REMOTE_ARGS=()
 start_daemon() {
   "$KVTIERD" --socket="$SOCK" --state_dir="$TMP/state" --tenants_file="$TMP/tenants.json" \
-    --host_bytes=256MiB --host_slab_bytes=4MiB --nvme_bytes=1GiB --hugepages=off \
-    --remote_seeds="$SEEDS" --remote_secret_file="$TMP/secret" --log_level=warn \
+    --host_bytes=256MiB --host_slab_bytes=4MiB --nvme_bytes="${NVME_BYTES:-1GiB}" --hugepages=off \
+    --write_policy=write-through \
+    "${REMOTE_ARGS[@]}" --log_level=warn \
     >>"$OUT/kvtierd.log" 2>&1 &
   DAEMON=$!
   for _ in $(seq 300); do
@@ -78,7 +83,7 @@ start_daemon() {
   done
   echo "soak: kvtierd did not start"; exit 2
 }
-DRIVER_ARGS=(--endpoint="ipc://$SOCK" --tenants=alpha:alpha-token-0123,beta:beta-token-01234,ledger:ledger-token-012
+DRIVER_ARGS=(--endpoint="ipc://$SOCK" --tenants=${SOAK_TENANTS:-alpha:alpha-token-0123,beta:beta-token-01234,ledger:ledger-token-012}
              --admin=ops:ops-token-012345 --state="$TMP")
 start_driver() {
   /usr/bin/python3 scripts/lib/soak_driver.py "${DRIVER_ARGS[@]}" --seconds="$1" \
