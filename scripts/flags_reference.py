@@ -35,9 +35,24 @@ PROGRAMS = ["daemon/kvtierd", "tools/kvtierctl", "tools/stress/kvtier-stress", "
 FLAG = re.compile(r"^  --(\[no\])?([A-Za-z0-9_]+)(=(\S+))?(?: \(default: (.*)\))?$")
 
 
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build_root(path):
+    """The build directory a program path lies in (PROGRAMS names it relative)."""
+    path = os.path.abspath(path)
+    for rel in PROGRAMS:
+        if path.endswith("/" + rel):
+            return path[:-len(rel) - 1]
+    return os.path.dirname(path)
+
+
 def section(path):
     name = os.path.basename(path)
     out = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=30).stdout
+    # Defaults that name this checkout (a build's own kvtierd, say) would make
+    # the file differ per clone: written as {build} and {source}.
+    out = out.replace(build_root(path), "{build}").replace(SOURCE, "{source}")
     lines = out.splitlines()
     usage, flags, i = [], [], 0
     while i < len(lines) and lines[i].strip() != "Flags:":
