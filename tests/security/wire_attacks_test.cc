@@ -181,11 +181,13 @@ TEST_F(Hole06_SessionExhaustion, HoardedSessionsDoNotLockOutTheVictim) {
   for (auto& p : peers) p->Close();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   int64_t now = sessions();
-  while (now != before && std::chrono::steady_clock::now() < deadline) {
+  while (now > before && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     now = sessions();
   }
-  EXPECT_EQ(now, before) << "sessions of closed connections are still open 3 s later";
+  // <=: a session open before the attack (the harness's readiness probe)
+  // may end meanwhile too; what must not remain is any of Mallory's.
+  EXPECT_LE(now, before) << "sessions of closed connections are still open 3 s later";
   LatencySummary ping = victim.Stop("session_exhaustion");
   EXPECT_LE(ping.p99_ms, kVictimP99Ms);
   EXPECT_EQ(ping.errors, 0u);
