@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/types/span.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -191,14 +192,24 @@ void RenderStore(const tiers::StoreSnapshot& snap, Exposition& x) {
     }
 }
 
+// One unlabelled series per row: the daemon-wide blocks (shared cache,
+// prefetcher) that STATS reports as plain counters and gauges.
+struct Row {
+  const char* name;
+  const char* type;  // "counter" or "gauge"
+  const char* help;
+  uint64_t value;
+};
+
+void RenderRows(absl::Span<const Row> rows, Exposition& x) {
+  for (const Row& r : rows) {
+    x.Family(r.name, r.type, r.help);
+    x.Sample(r.name, "", r.value);
+  }
+}
+
 // The shared cache beside the store: one series per counter.
 void RenderSharedCache(const tiers::SharedCacheCounters& c, Exposition& x) {
-  struct Row {
-    const char* name;
-    const char* type;
-    const char* help;
-    uint64_t value;
-  };
   const Row rows[] = {
       {"kvtier_shared_cache_published_total", "counter", "Records stored in the shared cache.", c.published},
       {"kvtier_shared_cache_publish_drops_total", "counter", "Pages not stored in the shared cache (queue full, node down, no tenant key).", c.publish_drops},
@@ -220,21 +231,12 @@ void RenderSharedCache(const tiers::SharedCacheCounters& c, Exposition& x) {
       {"kvtier_shared_cache_down_nodes", "gauge", "Cluster nodes in backoff now.", c.down_nodes},
       {"kvtier_shared_cache_frontend_io_total", "counter", "Network batches on the frontend thread (a bug: always 0).", c.frontend_io},
   };
-  for (const Row& r : rows) {
-    x.Family(r.name, r.type, r.help);
-    x.Sample(r.name, "", r.value);
-  }
+  RenderRows(rows, x);
 }
 
 // The prefetcher (lookahead and PREFETCH hints): daemon-wide, like STATS'
 // prefetch block.
 void RenderPrefetch(const prefetch::PrefetchCounters& c, Exposition& x) {
-  struct Row {
-    const char* name;
-    const char* type;
-    const char* help;
-    uint64_t value;
-  };
   const Row rows[] = {
       {"kvtier_prefetch_issued_total", "counter", "Promotions queued by lookahead and PREFETCH hints.", c.issued},
       {"kvtier_prefetch_merged_total", "counter", "Prefetch requests merged into a queued, running or leased promotion.", c.merged},
@@ -253,10 +255,7 @@ void RenderPrefetch(const prefetch::PrefetchCounters& c, Exposition& x) {
       {"kvtier_prefetch_leased_pages", "gauge", "Pages held by prefetch and LOOKUP leases.", c.leased_pages},
       {"kvtier_prefetch_pinned_bytes", "gauge", "Bytes prefetch holds pinned (leases and promotions in flight).", c.pinned_bytes},
   };
-  for (const Row& r : rows) {
-    x.Family(r.name, r.type, r.help);
-    x.Sample(r.name, "", r.value);
-  }
+  RenderRows(rows, x);
 }
 
 }  // namespace
