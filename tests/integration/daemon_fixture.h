@@ -15,6 +15,17 @@
 
 namespace kvtier::itest {
 
+// A connected client, or null with the failure recorded (for tests that
+// start their daemons themselves; DaemonTest::ConnectTo is the same).
+inline std::unique_ptr<Client> ConnectClient(const std::string& endpoint,
+                                             const std::string& tenant = "default",
+                                             const std::string& token = "",
+                                             bool with_layout = true) {
+  auto c = Client::Connect(Options(endpoint, tenant, token, with_layout));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
 class DaemonTest : public ::testing::Test {
  protected:
   virtual DaemonOptions DaemonOpts() const { return {}; }
@@ -53,9 +64,7 @@ class DaemonTest : public ::testing::Test {
                                            const std::string& tenant = "default",
                                            const std::string& token = "",
                                            bool with_layout = true) {
-    auto c = Client::Connect(Options(endpoint, tenant, token, with_layout));
-    EXPECT_TRUE(c.ok()) << c.status();
-    return c.ok() ? *std::move(c) : nullptr;
+    return ConnectClient(endpoint, tenant, token, with_layout);
   }
 
   std::unique_ptr<DaemonProcess> daemon_;

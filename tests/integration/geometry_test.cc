@@ -14,13 +14,6 @@
 namespace kvtier::itest {
 namespace {
 
-// A connected client, or null (the failure recorded).
-std::unique_ptr<Client> ConnectTo(const std::string& endpoint) {
-  auto c = Client::Connect(Options(endpoint));
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? *std::move(c) : nullptr;
-}
-
 constexpr uint64_t kPage = kSmallPageBytes;
 constexpr size_t kPages = 6;
 
@@ -49,7 +42,7 @@ TEST(GeometryTest, AnotherGeometryIsRefusedUnlessTheOperatorAsksToReformat) {
     if (!d.ok() && absl::StrContains(d.status().message(), "O_DIRECT"))
       GTEST_SKIP() << "no O_DIRECT under /tmp: " << d.status();
     ASSERT_TRUE(d.ok()) << d.status();
-    auto c = ConnectTo((*d)->endpoint());
+    auto c = ConnectClient((*d)->endpoint());
     ASSERT_TRUE(c);
     std::vector<std::string> pages;
     for (const PageKey& k : keys) pages.push_back(PatternPage(k, kPage));
@@ -83,7 +76,7 @@ TEST(GeometryTest, AnotherGeometryIsRefusedUnlessTheOperatorAsksToReformat) {
   {
     auto d = StartOn(state);
     ASSERT_TRUE(d.ok()) << d.status();
-    auto c = ConnectTo((*d)->endpoint());
+    auto c = ConnectClient((*d)->endpoint());
     ASSERT_TRUE(c);
     EXPECT_EQ(NvmePages(*c), kPages) << "the refused start lost pages";
     auto got = c->GetInline(keys);
@@ -96,7 +89,7 @@ TEST(GeometryTest, AnotherGeometryIsRefusedUnlessTheOperatorAsksToReformat) {
   // Asked for: it starts in the new geometry and says what it dropped.
   auto d = StartOn(state, {"--host_slab_bytes=2MiB", "--reformat_nvme"});
   ASSERT_TRUE(d.ok()) << d.status();
-  auto c = ConnectTo((*d)->endpoint());
+  auto c = ConnectClient((*d)->endpoint());
   ASSERT_TRUE(c);
   EXPECT_EQ(NvmePages(*c), 0u);
   const std::string log = (*d)->Log();

@@ -19,13 +19,6 @@
 namespace kvtier::itest {
 namespace {
 
-// A connected client, or null (the failure recorded).
-std::unique_ptr<Client> ConnectTo(const std::string& endpoint) {
-  auto c = Client::Connect(Options(endpoint));
-  EXPECT_TRUE(c.ok()) << c.status();
-  return c.ok() ? *std::move(c) : nullptr;
-}
-
 bool Exists(const std::string& path) {
   struct stat st;
   return lstat(path.c_str(), &st) == 0;
@@ -65,7 +58,7 @@ TEST(SocketFilesTest, AStaleSocketIsReplacedAfterACrash) {
   ASSERT_TRUE((*d)->Restart(SIGKILL).ok()) << (*d)->Log();
   EXPECT_TRUE(absl::StrContains((*d)->Log(), "removed the stale socket file " + SocketPath(**d)))
       << (*d)->Log();
-  auto c = ConnectTo((*d)->endpoint());
+  auto c = ConnectClient((*d)->endpoint());
   ASSERT_TRUE(c);
   EXPECT_TRUE(c->Ping().ok());
   c.reset();
@@ -87,7 +80,7 @@ TEST(SocketFilesTest, ASecondDaemonOnALiveSocketRefusesAndTheFirstKeepsIt) {
   EXPECT_TRUE(absl::StrContains(says, "another kvtierd is running")) << says;
   EXPECT_FALSE(Exists(other.File("state"))) << "the refused daemon created its state";
   // The first one still owns and answers on its socket.
-  auto c = ConnectTo((*d)->endpoint());
+  auto c = ConnectClient((*d)->endpoint());
   ASSERT_TRUE(c);
   EXPECT_TRUE(c->Ping().ok());
   EXPECT_EQ(ProbeUnixSocket(sock + ".fds", SOCK_SEQPACKET), SocketProbe::kAnswers);
@@ -120,7 +113,7 @@ TEST(SocketFilesTest, ClientFallsBackToTheSystemSocketPastAStaleOne) {
   EXPECT_EQ(ChooseEndpoint(own, system), "ipc://" + system);
   // And it is reached at once, not after a timeout on the stale file.
   const auto t0 = std::chrono::steady_clock::now();
-  auto c = ConnectTo(ChooseEndpoint(own, system));
+  auto c = ConnectClient(ChooseEndpoint(own, system));
   ASSERT_TRUE(c);
   EXPECT_TRUE(c->Ping().ok());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
