@@ -14,6 +14,7 @@
 #include "kvtier/shm_buffer.h"
 #include "kvtier/status_macros.h"
 #include "buffer_handover.h"
+#include "client/wire_calls.h"
 #include "zmq.hpp"
 
 namespace kvtier {
@@ -484,25 +485,49 @@ absl::StatusOr<uint32_t> Client::Delete(absl::Span<const PageKey> keys) {
   return r.response.delete_().deleted();
 }
 
-absl::StatusOr<wire::StatsReply> Client::Stats() {
+// The friend through which wire_calls.h reaches a session's request path.
+class internal::WireAccess {
+ public:
+  static absl::StatusOr<wire::Response> Call(Client& c, wire::Request& req) {
+    ASSIGN_OR_RETURN(auto r, c.impl_->Call(req));
+    return std::move(r.response);
+  }
+};
+
+absl::StatusOr<wire::StatsReply> WireStats(Client& client) {
   wire::Request req;
   req.mutable_stats();
-  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
-  return r.response.stats();
+  ASSIGN_OR_RETURN(wire::Response r, internal::WireAccess::Call(client, req));
+  return std::move(*r.mutable_stats());
 }
 
-absl::StatusOr<wire::PingReply> Client::Ping() {
+absl::StatusOr<wire::PingReply> WirePing(Client& client) {
   wire::Request req;
   req.mutable_ping();
-  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
-  return r.response.ping();
+  ASSIGN_OR_RETURN(wire::Response r, internal::WireAccess::Call(client, req));
+  return std::move(*r.mutable_ping());
 }
 
-absl::StatusOr<wire::TenantsReply> Client::Tenants() {
+absl::StatusOr<wire::TenantsReply> WireTenants(Client& client) {
   wire::Request req;
   req.mutable_tenants();
-  ASSIGN_OR_RETURN(auto r, impl_->Call(req));
-  return r.response.tenants();
+  ASSIGN_OR_RETURN(wire::Response r, internal::WireAccess::Call(client, req));
+  return std::move(*r.mutable_tenants());
+}
+
+absl::StatusOr<StatsResult> Client::Stats() {
+  ASSIGN_OR_RETURN(wire::StatsReply r, WireStats(*this));
+  return ToStatsResult(r);
+}
+
+absl::StatusOr<PingResult> Client::Ping() {
+  ASSIGN_OR_RETURN(wire::PingReply r, WirePing(*this));
+  return ToPingResult(r);
+}
+
+absl::StatusOr<std::vector<TenantSummary>> Client::Tenants() {
+  ASSIGN_OR_RETURN(wire::TenantsReply r, WireTenants(*this));
+  return ToTenantSummaries(r);
 }
 
 absl::StatusOr<Client::EvictResult> Client::Evict(const std::string& namespace_name, TierKind tier,

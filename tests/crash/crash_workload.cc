@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/page_pattern.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 
 namespace kvtier::crash {
@@ -214,7 +215,7 @@ CheckResult Workload::Verify(const std::string& endpoint, const std::function<bo
     if (!WithRetries(endpoint, alive, &client, call, &r)) return r;
   }
   auto read_stats = [&](Client& cl) -> absl::Status {
-    auto stats = cl.Stats();
+    auto stats = WireStats(cl);
     if (!stats.ok()) return stats.status();
     for (const auto& t : stats->tiers()) {
       if (t.name() != "nvme") continue;

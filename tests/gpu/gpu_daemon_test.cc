@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "kvtier/gpu_arena.h"
 #include "tests/integration/daemon_process.h"
@@ -31,7 +32,7 @@ TEST(GpuDaemonTest, PutAndGetThroughCudaIpcBufferOverEveryTier) {
   ASSERT_TRUE(d.ok()) << d.status();
   auto c = Client::Connect(Options((*d)->endpoint()));
   ASSERT_TRUE(c.ok()) << c.status();
-  auto stats = (*c)->Stats();
+  auto stats = WireStats(**c);
   ASSERT_TRUE(stats.ok());
   EXPECT_TRUE(absl::StartsWith(stats->daemon().device(), "cuda:")) << stats->daemon().device();
 

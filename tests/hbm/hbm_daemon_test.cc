@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "kvtier/gpu_arena.h"
 #include "kvtier/shm_buffer.h"
@@ -195,7 +196,7 @@ TEST_F(HbmDaemonTest, DeviceRegistrationErrorsNameTheProblem) {
 
 TEST_F(HbmDaemonTest, StatsShowTheDeviceAndTheHbmTier) {
   PutChain(14);
-  auto stats = client_->Stats();
+  auto stats = WireStats(*client_);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->daemon().device(), "emulated (host memory)");
   ASSERT_GE(stats->tiers_size(), 3);

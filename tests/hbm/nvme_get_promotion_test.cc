@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "client/wire_calls.h"
 #include "kvtier/gpu_arena.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -64,7 +65,7 @@ class NvmeGetPromotionTest : public DaemonTest {
   }
 
   wire::TierStats Tier(absl::string_view name) {
-    auto s = client_->Stats();
+    auto s = WireStats(*client_);
     EXPECT_TRUE(s.ok()) << s.status();
     const wire::TierStats* t = s.ok() ? FindTier(*s, name) : nullptr;
     return t != nullptr ? *t : wire::TierStats();

@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
@@ -624,13 +625,13 @@ TEST_F(SlowReaderTest, ShutdownWithUnreadInlineRepliesIsClean) {
   }
   // Wait until the daemon has answered them all (into its queues).
   for (int i = 0; i < 200; ++i) {
-    auto s = c->Stats();
+    auto s = WireStats(*c);
     ASSERT_TRUE(s.ok()) << s.status();
     if (s->daemon().requests() >= static_cast<uint64_t>(kRequests + 3)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   // The unread replies hold pins on the pages (zero-copy frames).
-  auto s = c->Stats();
+  auto s = WireStats(*c);
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_GE(s->tiers_size(), 1);
   EXPECT_GT(s->tiers(0).pinned_pages(), 0u) << "replies were not queued; the test proves nothing";

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "client/wire_calls.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
 
@@ -32,7 +33,7 @@ class CountersTest : public DaemonTest {
     uint64_t in = 0, out = 0;
   };
   Bytes TierBytes(Client& c, absl::string_view tier) {
-    auto stats = c.Stats();
+    auto stats = WireStats(c);
     EXPECT_TRUE(stats.ok()) << stats.status();
     if (!stats.ok()) return {};
     const wire::TierStats* t = FindTier(*stats, tier);
@@ -109,7 +110,7 @@ TEST_F(CountersTest, EveryTierCountsEveryByteItMoves) {
   EXPECT_EQ(nvme.in, kN * kPage);
   EXPECT_EQ(host.in, (kN + 1) * kPage) << "the promotion lands in RAM";
   EXPECT_EQ(host.out, (kM * kN + kK + 1 + kN + 1) * kPage) << "and is served from there";
-  auto stats = c->Stats();
+  auto stats = WireStats(*c);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(FindTier(*stats, "host")->promotions(), 1u);
 }

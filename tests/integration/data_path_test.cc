@@ -6,6 +6,7 @@
 #include <atomic>
 #include <thread>
 
+#include "client/wire_calls.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kvtier/shm_buffer.h"
@@ -176,7 +177,7 @@ TEST_F(DataPathTest, SecondPutIsDeduplicated) {
   ASSERT_TRUE(third.ok()) << third.status();
   EXPECT_EQ(third->stored, 2u);
   EXPECT_EQ(third->deduplicated, 4u);
-  auto stats = c->Stats();
+  auto stats = WireStats(*c);
   ASSERT_TRUE(stats.ok()) << stats.status();
   const auto* ns = FindNs(*stats, "default");
   ASSERT_NE(ns, nullptr);
@@ -290,7 +291,7 @@ TEST_F(EvictionTest, NewestChainSurvivesPressureOldestIsGone) {
   EXPECT_LE(present_total, 128u);
   EXPECT_GE(present_total, kLen);
 
-  auto stats = c->Stats();
+  auto stats = WireStats(*c);
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_GE(stats->tiers_size(), 1);
   const auto& host = stats->tiers(0);
@@ -336,7 +337,7 @@ TEST_F(NvmeDemotionTest, EvictedPagesComeBackFromNvme) {
   }
   // Inline (remote) GET of NVMe pages works too.
   ExpectInlineIntact(*c, chains[1]);
-  auto stats = c->Stats();
+  auto stats = WireStats(*c);
   ASSERT_TRUE(stats.ok());
   ASSERT_EQ(stats->tiers_size(), 2);
   EXPECT_EQ(stats->tiers(1).name(), "nvme");
@@ -400,7 +401,7 @@ TEST_F(DataPathTest, ConcurrentClientsOnDistinctAndSharedKeys) {
   auto c = Connect();
   ASSERT_TRUE(c);
   ExpectInlineIntact(*c, shared);
-  auto stats = c->Stats();
+  auto stats = WireStats(*c);
   ASSERT_TRUE(stats.ok());
   const auto* ns = FindNs(*stats, "default");
   ASSERT_NE(ns, nullptr);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "client/wire_calls.h"
 #include "absl/strings/str_cat.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
@@ -49,7 +50,7 @@ TEST_F(DeepReadsTest, GetOf32NvmePagesIsByteExactAndACorruptPageIsAMiss) {
   // Every page leaves RAM for NVMe.
   auto evicted = c->Evict("", TierKind::kHost, 0);
   ASSERT_TRUE(evicted.ok()) << evicted.status();
-  auto stats = c->Stats();
+  auto stats = WireStats(*c);
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_EQ(FindTier(*stats, "nvme")->pages(), kPages);
 
@@ -81,7 +82,7 @@ TEST_F(DeepReadsTest, GetOf32NvmePagesIsByteExactAndACorruptPageIsAMiss) {
     EXPECT_EQ((*got)[i], TierKind::kNvme) << "page " << i;
     EXPECT_TRUE(bytes == PatternPage(keys[i], kPage)) << "page " << i;
   }
-  stats = c->Stats();
+  stats = WireStats(*c);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(FindTier(*stats, "nvme")->checksum_errors(), 1u);
   EXPECT_EQ(FindTier(*stats, "nvme")->pages(), kPages - 1) << "the corrupt page was dropped";
@@ -143,7 +144,7 @@ TEST_F(DeepReadsTest, LayerwiseGetOfNvmePagesIsVerifiedLayerByLayer) {
           << "layer " << l << " of the corrupt page reached the client";
     }
   }
-  auto stats = (*c)->Stats();
+  auto stats = WireStats(**c);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(FindTier(*stats, "nvme")->checksum_errors(), 1u);
   EXPECT_EQ(FindTier(*stats, "nvme")->pages(), kN - 1) << "the corrupt page was dropped";

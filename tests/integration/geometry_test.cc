@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "client/wire_calls.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/integration/daemon_fixture.h"
@@ -27,7 +28,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> StartOn(const std::string& state,
 }
 
 uint64_t NvmePages(Client& c) {
-  auto stats = c.Stats();
+  auto stats = WireStats(c);
   EXPECT_TRUE(stats.ok()) << stats.status();
   const wire::TierStats* t = stats.ok() ? FindTier(*stats, "nvme") : nullptr;
   return t == nullptr ? 0 : t->pages();

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "client/wire_calls.h"
 #include "absl/strings/str_cat.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
@@ -118,7 +119,7 @@ TEST_F(StorePathsTest, FrontendThreadDoesNoDiskIo) {
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(*deleted, 12u);
 
-  auto stats = a->Stats();
+  auto stats = WireStats(*a);
   ASSERT_TRUE(stats.ok());
   const wire::TierStats* nvme = FindTier(*stats, "nvme");
   ASSERT_NE(nvme, nullptr);
@@ -149,7 +150,7 @@ TEST_F(StorePathsTest, FlushedPagesSurviveLookaheadAndACleanRestart) {
   EXPECT_EQ(found->hits, 4u);
   // Wait until the lookahead has promoted them back to RAM.
   for (int i = 0; i < 200; ++i) {
-    auto s = a->Stats();
+    auto s = WireStats(*a);
     ASSERT_TRUE(s.ok());
     if (FindTier(*s, "host")->pages() == 4) break;
     absl::SleepFor(absl::Milliseconds(10));

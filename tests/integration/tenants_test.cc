@@ -2,6 +2,7 @@
 // STATS visibility and per-namespace quotas.
 #include <gtest/gtest.h>
 
+#include "client/wire_calls.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tools/common/page_pattern.h"
@@ -95,7 +96,7 @@ TEST_F(TenantsTest, NonAdminStatsShowOnlyItsOwnNamespace) {
   ASSERT_TRUE(a && b);
   ASSERT_TRUE(Put(*a, MakeChain(SmallLayout(), 1, 3), 1).ok());
   ASSERT_TRUE(Put(*b, MakeChain(SmallLayout(), 2, 2), 2).ok());
-  auto sa = a->Stats();
+  auto sa = WireStats(*a);
   ASSERT_TRUE(sa.ok()) << sa.status();
   ASSERT_EQ(sa->namespaces_size(), 1);
   EXPECT_EQ(sa->namespaces(0).name(), "alice");
@@ -107,7 +108,7 @@ TEST_F(TenantsTest, NonAdminStatsShowOnlyItsOwnNamespace) {
   }
   EXPECT_EQ(sa->daemon().sessions(), 0u);
 
-  auto so = Ops()->Stats();
+  auto so = WireStats(*Ops());
   ASSERT_TRUE(so.ok()) << so.status();
   EXPECT_EQ(so->namespaces_size(), 3);
   ASSERT_GE(so->tiers_size(), 1);
@@ -128,7 +129,7 @@ TEST_F(TenantsTest, QuotaBoundsANamespaceAndSparesOthers) {
     ASSERT_TRUE(put.ok()) << "chain " << ch << ": " << put.status();
     EXPECT_EQ(put->stored, 4u) << "chain " << ch;
   }
-  auto sb = b->Stats();
+  auto sb = WireStats(*b);
   ASSERT_TRUE(sb.ok());
   ASSERT_EQ(sb->namespaces_size(), 1);
   const auto& ns = sb->namespaces(0);

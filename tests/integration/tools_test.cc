@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "client/wire_calls.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "kvtier/shm_buffer.h"
@@ -118,7 +119,7 @@ TEST(KvtierdFlagsTest, FlagfileIsRead) {
     if (r.ok()) c = *std::move(r);
   }
   ASSERT_TRUE(c) << "daemon started from a flagfile never answered";
-  auto stats = c->Stats();
+  auto stats = WireStats(*c);
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_GE(stats->tiers_size(), 1);
   EXPECT_EQ(stats->tiers(0).capacity_bytes(), 24u << 20);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "client/wire_calls.h"
 #include "kvtier/gpu_arena.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
@@ -39,7 +40,7 @@ class WarmupTest : public DaemonTest {
  protected:
   // The default tenant's warm-up figures.
   wire::BufferWarmup Warmup(Client& c) {
-    auto st = c.Stats();
+    auto st = WireStats(c);
     EXPECT_TRUE(st.ok()) << st.status();
     if (st.ok())
       for (const auto& n : st->namespaces())

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "client/wire_calls.h"
 #include "absl/strings/match.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
@@ -158,14 +159,14 @@ TEST_F(MetricsEndpointTest, HostileRequestsGet4xxAndTheDaemonKeepsServing) {
   close(idle);
   auto c = Connect();
   ASSERT_TRUE(c);
-  EXPECT_TRUE(c->Stats().ok());
+  EXPECT_TRUE(WireStats(*c).ok());
   EXPECT_TRUE(daemon_->Alive());
 }
 
 TEST_F(MetricsEndpointTest, StatsNamesThePort) {
   auto c = Connect();
   ASSERT_TRUE(c);
-  auto s = c->Stats();
+  auto s = WireStats(*c);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->daemon().metrics_port(), port_);
 }
@@ -175,7 +176,7 @@ using MetricsOffTest = DaemonTest;
 TEST_F(MetricsOffTest, OffByDefault) {
   auto c = Connect();
   ASSERT_TRUE(c);
-  auto s = c->Stats();
+  auto s = WireStats(*c);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->daemon().metrics_port(), 0);
   EXPECT_FALSE(absl::StrContains(daemon_->Log(), "metrics on"));
@@ -189,7 +190,7 @@ class MetricsAutoPortTest : public DaemonTest {
 TEST_F(MetricsAutoPortTest, PicksAFreePortAndReportsIt) {
   auto c = Connect();
   ASSERT_TRUE(c);
-  auto s = c->Stats();
+  auto s = WireStats(*c);
   ASSERT_TRUE(s.ok());
   const int port = s->daemon().metrics_port();
   ASSERT_GT(port, 0);
@@ -225,7 +226,7 @@ std::vector<std::string> ListeningAddresses(int port) {
 TEST_F(MetricsAutoPortTest, DefaultListensOnLoopbackOnly) {
   auto c = Connect();
   ASSERT_TRUE(c);
-  auto s = c->Stats();
+  auto s = WireStats(*c);
   ASSERT_TRUE(s.ok());
   const int port = s->daemon().metrics_port();
   ASSERT_GT(port, 0);
@@ -244,7 +245,7 @@ class MetricsOtherLoopbackTest : public DaemonTest {
 TEST_F(MetricsOtherLoopbackTest, ListensOnTheNamedAddress) {
   auto c = Connect();
   ASSERT_TRUE(c);
-  auto s = c->Stats();
+  auto s = WireStats(*c);
   ASSERT_TRUE(s.ok());
   const int port = s->daemon().metrics_port();
   ASSERT_GT(port, 0);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "client/wire_calls.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tools/common/page_pattern.h"
@@ -28,7 +29,7 @@ class IoClassTest : public DaemonTest {
   // The NVMe tier's I/O count per class name ("" when STATS has none).
   std::map<std::string, uint64_t> NvmeClassIos() {
     std::map<std::string, uint64_t> ios;
-    auto s = c_->Stats();
+    auto s = WireStats(*c_);
     EXPECT_TRUE(s.ok()) << s.status();
     if (!s.ok()) return ios;
     for (const auto& t : s->tiers()) {

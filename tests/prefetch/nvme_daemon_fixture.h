@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/wire_calls.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tools/common/page_pattern.h"
@@ -62,7 +63,7 @@ class NvmeChainsTest : public DaemonTest {
 
   uint8_t* Page(size_t i) { return buf_->data() + i * kPage; }
   wire::PrefetchStats Prefetch() {
-    auto s = c_->Stats();
+    auto s = WireStats(*c_);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? s->prefetch() : wire::PrefetchStats();
   }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/remote/cluster_fixture.h"
@@ -132,7 +133,7 @@ TEST_F(RemoteDaemonTest, ASecondDaemonFindsAndFetchesWhatTheFirstPushedOut) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(Count(again->tiers, TierKind::kRemote), 0u);
   auto admin = Connect(*b_, "admin", "tok-admin");
-  auto s = admin->Stats();
+  auto s = WireStats(*admin);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->shared_cache().fetch_hits(), keys.size());
   EXPECT_EQ(s->shared_cache().rejected(), 0u);
@@ -158,7 +159,7 @@ TEST_F(RemoteDaemonTest, AfterDeleteNoDaemonServesThePage) {
     for (const std::string& p : *g) EXPECT_TRUE(p.empty());
   }
   auto admin = Connect(*a_, "admin", "tok-admin");
-  auto s = admin->Stats();
+  auto s = WireStats(*admin);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->shared_cache().forgotten(), keys.size());
 }
@@ -244,7 +245,7 @@ TEST_F(RemoteDaemonTest, AHungMasterStallsNoOneElse) {
   // node; after that its slots are skipped for the backoff.
   EXPECT_LT(slowest_probe_ms.load(), 2000);
   auto admin = Connect(*a_, "admin", "tok-admin");
-  auto s = admin->Stats();
+  auto s = WireStats(*admin);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->shared_cache().frontend_io(), 0u);
   EXPECT_GT(s->shared_cache().io_errors(), 0u);  // the hung node's keys: misses

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/daemon_process.h"
@@ -119,7 +120,7 @@ class RemoteReplayTest : public ::testing::Test {
   uint64_t RemotePages(DaemonProcess& d) {
     auto c = Client::Connect(Options(d.endpoint(), "default", "", /*with_layout=*/false));
     if (!c.ok()) return 0;
-    auto s = (*c)->Stats();
+    auto s = WireStats(**c);
     if (!s.ok()) return 0;
     return s->shared_cache().published();
   }

@@ -1,4 +1,5 @@
 // Helpers of the attack-suite fixture; see security_fixture.h.
+#include "client/wire_calls.h"
 #include "tests/security/security_fixture.h"
 
 #include "tools/common/page_pattern.h"
@@ -113,7 +114,7 @@ void SecurityTest::ExpectUnseenBy(WirePeer& mallory, const std::vector<PageKey>&
 wire::StatsReply SecurityTest::AdminStats() {
   auto admin = Admin();
   if (!admin) return {};
-  auto s = admin->Stats();
+  auto s = WireStats(*admin);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *s : wire::StatsReply();
 }

@@ -5,6 +5,7 @@
 // is warmed while the attacker's queue is still long; UNREGISTER ends it.
 #include <cstring>
 
+#include "client/wire_calls.h"
 #include "kvtier/shm_buffer.h"
 #include "tests/security/security_fixture.h"
 
@@ -45,7 +46,7 @@ TEST_F(Hole04_WarmUpStorm, DenseRegistrationsNeitherStallNorStarveTheVictim) {
   ASSERT_TRUE(alice->RegisterBuffer((*arena)->name(), (*arena)->size()).ok());
   wire::BufferWarmup mine;
   for (int i = 0; i < 6000; ++i) {
-    auto st = alice->Stats();
+    auto st = WireStats(*alice);
     ASSERT_TRUE(st.ok()) << st.status();
     mine = WarmupOf(*st, kAlice);
     if (mine.pending_bytes() == 0) break;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "client/wire_calls.h"
 #include "tests/security/security_fixture.h"
 
 namespace kvtier::security {
@@ -132,7 +133,7 @@ TEST_F(Hole06_SessionExhaustion, HoardedSessionsDoNotLockOutTheVictim) {
   auto admin = Admin();
   ASSERT_TRUE(admin);
   auto sessions = [&admin]() -> int64_t {
-    auto s = admin->Stats();
+    auto s = WireStats(*admin);
     return s.ok() ? s->daemon().sessions() : -1;
   };
   const int64_t before = sessions();

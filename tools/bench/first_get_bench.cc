@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/page_pattern.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "kvtier/status_macros.h"
 
@@ -38,7 +39,7 @@ double Ms(Clock::time_point a, Clock::time_point b) { return Seconds(a, b) * 1e3
 
 // Pending warm-up bytes of the client's own namespace.
 absl::StatusOr<uint64_t> Pending(Client& c) {
-  ASSIGN_OR_RETURN(wire::StatsReply st, c.Stats());
+  ASSIGN_OR_RETURN(wire::StatsReply st, WireStats(c));
   for (const auto& n : st.namespaces())
     if (n.name() == c.namespace_name()) return n.warmup().pending_bytes();
   return absl::NotFoundError("STATS lists no namespace '" + c.namespace_name() + "'");

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/zmq_floor.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "kvtier/status_macros.h"
 
@@ -32,7 +33,7 @@ absl::Status CheckAll(const absl::StatusOr<std::vector<LookupResult>>& r, size_t
 // The daemon's own count and total time of LOOKUPs so far, receipt to reply
 // (STATS latency; admin sessions only, else zeros).
 std::pair<uint64_t, double> DaemonLookupTime(Client& client) {
-  auto s = client.Stats();
+  auto s = WireStats(client);
   if (!s.ok()) return {0, 0};
   for (const auto& l : s->latency())
     if (l.request() == "LOOKUP") return {l.count(), l.count() * l.mean_us()};

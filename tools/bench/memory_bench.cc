@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "kvtier/status_macros.h"
 
@@ -21,7 +22,7 @@ absl::StatusOr<nlohmann::json> RunMemory(const BenchOptions& o) {
   std::vector<PageKey> keys = SyntheticChain(rig.layout, seed, chain);
   rig.Fill(keys);
   RETURN_IF_ERROR(rig.PutAll(keys, chain));
-  ASSIGN_OR_RETURN(wire::StatsReply before, rig.client->Stats());
+  ASSIGN_OR_RETURN(wire::StatsReply before, WireStats(*rig.client));
 
   const size_t chains = (o.memory_pages + chain - 1) / chain;
   auto t0 = Clock::now();
@@ -31,7 +32,7 @@ absl::StatusOr<nlohmann::json> RunMemory(const BenchOptions& o) {
     RETURN_IF_ERROR(rig.PutAll(keys, chain));
   }
   const double put_s = Seconds(t0, Clock::now());
-  ASSIGN_OR_RETURN(wire::StatsReply after, rig.client->Stats());
+  ASSIGN_OR_RETURN(wire::StatsReply after, WireStats(*rig.client));
   // The last chain must still be there and intact.
   std::memset(rig.shm->data(), 0, rig.shm->size());
   RETURN_IF_ERROR(rig.GetAll(keys, chain));

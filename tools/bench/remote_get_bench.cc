@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/raw_cluster.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "kvtier/status_macros.h"
 
@@ -24,7 +25,7 @@ namespace kvtier::bench {
 namespace {
 
 absl::StatusOr<uint64_t> RemoteHits(Client& c) {
-  ASSIGN_OR_RETURN(wire::StatsReply st, c.Stats());
+  ASSIGN_OR_RETURN(wire::StatsReply st, WireStats(c));
   if (st.has_shared_cache()) return st.shared_cache().fetch_hits();
   return absl::FailedPreconditionError(
       "the daemon has no shared cache (--remote_seeds), or the session is not an admin");

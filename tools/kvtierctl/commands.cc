@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "client/wire_calls.h"
 #include "absl/strings/str_format.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
@@ -32,7 +33,7 @@ absl::StatusOr<std::unique_ptr<Client>> Connect(const Options& o) {
 int CmdStats(const Options& o) {
   auto client = Connect(o);
   if (!client.ok()) return Fail(Message(client.status()));
-  auto stats = (*client)->Stats();
+  auto stats = WireStats(**client);
   if (!stats.ok()) return Fail(Message(stats.status()));
   if (o.json) PrintJson(ToJson(*stats));
   else PrintStatsTables(*stats);
@@ -50,7 +51,7 @@ int CmdPing(const Options& o) {
   wire::PingReply last;
   for (int i = 0; i < count; ++i) {
     const auto start = Clock::now();
-    auto reply = (*client)->Ping();
+    auto reply = WirePing(**client);
     if (!reply.ok()) return Fail(Message(reply.status()));
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     min_us = std::min(min_us, us);
@@ -79,7 +80,7 @@ int CmdPing(const Options& o) {
 int CmdTenants(const Options& o) {
   auto client = Connect(o);
   if (!client.ok()) return Fail(Message(client.status()));
-  auto reply = (*client)->Tenants();
+  auto reply = WireTenants(**client);
   if (!reply.ok()) return Fail(Message(reply.status()));
   if (o.json) {
     PrintJson(ToJson(*reply));

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "client/wire_calls.h"
 #include "tools/kvtierctl/kvtierctl.h"
 
 namespace kvtier::ctl {
@@ -137,7 +138,7 @@ int CmdTop(const Options& o) {
   wire::StatsReply prev;
   auto prev_time = std::chrono::steady_clock::now();
   for (int i = 0; o.count <= 0 || i < o.count; ++i) {
-    auto stats = (*client)->Stats();
+    auto stats = WireStats(**client);
     const auto now_time = std::chrono::steady_clock::now();
     if (!stats.ok()) return Fail(std::string(stats.status().message()));
     const double dt = std::chrono::duration<double>(now_time - prev_time).count();

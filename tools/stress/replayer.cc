@@ -1,6 +1,7 @@
 // Runs the sessions of a replay over the trace, in trace order (a shared
 // cursor), request i on endpoint i % endpoints, paced by the trace's
 // timestamps when time_scale > 0.
+#include "client/wire_calls.h"
 #include "tools/stress/replayer.h"
 
 #include <chrono>
@@ -56,7 +57,7 @@ std::optional<wire::StatsReply> Replayer::DaemonStats(const std::string& endpoin
                    .timeout = std::chrono::milliseconds(o_.timeout_ms)};
   auto c = Client::Connect(co);
   if (!c.ok()) return std::nullopt;
-  auto s = (*c)->Stats();
+  auto s = WireStats(**c);
   if (!s.ok()) return std::nullopt;
   return *std::move(s);
 }

@@ -15,6 +15,7 @@
 #include "bench_util.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "kvtier/cli.h"
 #include "kvtier/decoder/generator.h"
@@ -53,7 +54,7 @@ kvtier::ClientOptions Options(const std::string& endpoint) {
 }
 
 uint64_t RemoteHits(kvtier::Client& c) {
-  const kvtier::wire::StatsReply st = Check(c.Stats());
+  const kvtier::wire::StatsReply st = Check(WireStats(c));
   if (st.has_shared_cache()) return st.shared_cache().fetch_hits();
   Die(absl::FailedPreconditionError("the daemon has no shared cache (--remote_seeds)"));
 }

@@ -21,11 +21,10 @@
 #include "absl/types/span.h"
 #include "kvtier/layout.h"
 #include "kvtier/page_key.h"
+#include "kvtier/stats.h"
 
-namespace kvtier::wire {
-class StatsReply;
-class PingReply;
-class TenantsReply;
+namespace kvtier::internal {
+class WireAccess;  // our tools' and tests' way to the full wire replies
 }
 
 namespace kvtier {
@@ -224,12 +223,14 @@ class Client {
                                       absl::Span<const absl::string_view> pages);
 
   absl::StatusOr<uint32_t> Delete(absl::Span<const PageKey> keys);
-  absl::StatusOr<wire::StatsReply> Stats();
+  // STATS: the daemon, its tiers, the caller's namespace (every namespace
+  // and the request latencies for an admin session).
+  absl::StatusOr<StatsResult> Stats();
 
   // Operator requests (docs/PROTOCOL.md, "Operator requests").
-  absl::StatusOr<wire::PingReply> Ping();
+  absl::StatusOr<PingResult> Ping();
   // Admin sessions only (PermissionDenied otherwise).
-  absl::StatusOr<wire::TenantsReply> Tenants();
+  absl::StatusOr<std::vector<TenantSummary>> Tenants();
   struct EvictResult {
     uint64_t evicted = 0;
     uint64_t remaining = 0;  // the namespace's pages in the store afterwards
@@ -247,6 +248,7 @@ class Client {
   absl::StatusOr<FlushResult> Flush();
 
  private:
+  friend class internal::WireAccess;
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "buffers.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 #include "lookup_async.h"
 
@@ -231,16 +232,16 @@ void BindClient(py::module_& m) {
           py::arg("deadline_ms") = 0, py::arg("lease_ms") = 0)
       .def("stats",
            [](PyClient& c) {
-             return MessageToDict(Check(c.Call("stats", [](Client& cl) { return cl.Stats(); })));
+             return MessageToDict(Check(c.Call("stats", [](Client& cl) { return WireStats(cl); })));
            })
       .def("ping",
            [](PyClient& c) {
-             return MessageToDict(Check(c.Call("ping", [](Client& cl) { return cl.Ping(); })));
+             return MessageToDict(Check(c.Call("ping", [](Client& cl) { return WirePing(cl); })));
            })
       .def("tenants",
            [](PyClient& c) {
              return MessageToDict(
-                 Check(c.Call("tenants", [](Client& cl) { return cl.Tenants(); })));
+                 Check(c.Call("tenants", [](Client& cl) { return WireTenants(cl); })));
            })
       .def(
           "evict",
