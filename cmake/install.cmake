@@ -92,6 +92,8 @@ function(kvtier_public_headers out)
     endforeach()
   endwhile()
   list(SORT done)
+  # An #include added to a public header changes this list: configure again then.
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${done})
   set(${out} ${done} PARENT_SCOPE)
 endfunction()
 kvtier_public_headers(KVTIER_PUBLIC_HEADERS)

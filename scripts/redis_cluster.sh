@@ -17,6 +17,10 @@ Environment:
   REDIS_CLUSTER_REPLICA_OBUF_HARD, _SOFT
                                  replica output-buffer limits (default 2gb, 1gb
                                  for 120 s): a resync after a hang must fit
+  REDIS_CLUSTER_MAXMEMORY        maxmemory per node, policy allkeys-lru (default 1gb):
+                                 the shared cache never deletes records itself, so
+                                 a node without it grows until the machine swaps
+                                 (an hour's soak reached 3.9 GB per node)
   REDIS_CLUSTER_WAIT_S           how long start waits for cluster_state:ok (default 60)
   REDIS_SERVER, REDIS_CLI        the binaries (default: redis-server, redis-cli on PATH)
 EOF
@@ -27,6 +31,7 @@ NODE_TIMEOUT_MS="${REDIS_CLUSTER_NODE_TIMEOUT_MS:-1000}"
 REPLICA_OBUF_HARD="${REDIS_CLUSTER_REPLICA_OBUF_HARD:-2gb}"
 REPLICA_OBUF_SOFT="${REDIS_CLUSTER_REPLICA_OBUF_SOFT:-1gb}"
 WAIT_S="${REDIS_CLUSTER_WAIT_S:-60}"
+MAXMEMORY="${REDIS_CLUSTER_MAXMEMORY:-1gb}"
 SERVER="${REDIS_SERVER:-redis-server}"
 CLI="${REDIS_CLI:-redis-cli}"
 
@@ -73,6 +78,8 @@ cluster-require-full-coverage no
 # and each retry re-sent everything (docs/OPERATIONS.md, "Sizing the
 # cluster"). Sized to the data a node may hold, with room to spare.
 client-output-buffer-limit replica $REPLICA_OBUF_HARD $REPLICA_OBUF_SOFT 120
+maxmemory $MAXMEMORY
+maxmemory-policy allkeys-lru
 save ""
 appendonly no
 shutdown-on-sigterm nosave now

@@ -13,8 +13,8 @@
 #   restarted, SIGTERM and SIGKILL in turn, after which every durable ledger
 #   page must be found byte for byte;
 # - every 10 s: RSS, open fds, threads, the NVMe index's RocksDB size, index
-#   pages, and p50/p99 per request type, to OUT_DIR/soak.csv (and soak.png
-#   with gnuplot).
+#   pages, p50/p99 per request type and the cluster's memory (all nodes'
+#   used_memory) to OUT_DIR/soak.csv (and soak.png with gnuplot).
 # Pass (scripts/lib/soak_report.py): 0 failed, 0 corrupt, 0 ledger pages
 # lost; per daemon lifetime after its first minute, RSS growing <= 5% per
 # hour (least squares), fds and threads flat (max - min <= 2); GET/PUT/LOOKUP
@@ -52,7 +52,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-scripts/redis_cluster.sh start "$CLUSTER" >/dev/null
+# Bounded like a production cluster (docs/OPERATIONS.md, "Sizing"): without
+# maxmemory the records of an hour's PUTs outgrew this machine's RAM.
+REDIS_CLUSTER_MAXMEMORY="${REDIS_CLUSTER_MAXMEMORY:-256mb}" scripts/redis_cluster.sh start "$CLUSTER" >/dev/null
 SEEDS="$(cat "$CLUSTER/seeds")"
 python3 -c 'import os; print(os.urandom(32).hex())' >"$TMP/secret"
 chmod 0600 "$TMP/secret"
@@ -90,16 +92,23 @@ start_driver() {
     >>"$OUT/driver-$EPOCH.jsonl" 2>>"$OUT/driver.err" &
   DRIVER=$!
 }
-sample() {  # one CSV row: t, epoch, rss_kb, fds, threads, rocksdb_kb, index_pages, p50/p99 x3
-  local t=$1 rss fds thr rdb stats
+sample() {  # one CSV row: t, epoch, rss_kb, fds, threads, rocksdb_kb, index_pages, p50/p99 x3, cluster_kb
+  local t=$1 rss fds thr rdb stats cluster=0 port used
   rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$DAEMON/status" 2>/dev/null || echo 0)
   thr=$(awk '/^Threads:/ {print $2}' "/proc/$DAEMON/status" 2>/dev/null || echo 0)
   fds=$(ls "/proc/$DAEMON/fd" 2>/dev/null | wc -l)
   rdb=$(du -sk "$TMP/state/nvme" 2>/dev/null | awk '{print $1}')
   stats=$("$CTL" --endpoint="ipc://$SOCK" --tenant=ops --token=ops-token-012345 stats --json 2>/dev/null || echo '{}')
-  python3 - "$t" "$EPOCH" "$rss" "$fds" "$thr" "${rdb:-0}" "$stats" >>"$OUT/soak.csv" <<'PY'
+  # The shared cache's memory, all nodes (bounded by REDIS_CLUSTER_MAXMEMORY).
+  if [ ${#REMOTE_ARGS[@]} -gt 0 ]; then
+    for port in $(tr ',' '\n' <<<"$SEEDS" | cut -d: -f2); do
+      used=$(redis-cli -p "$port" info memory 2>/dev/null | awk -F: '/^used_memory:/ {print int($2 / 1024)}')
+      cluster=$(( cluster + ${used:-0} ))
+    done
+  fi
+  python3 - "$t" "$EPOCH" "$rss" "$fds" "$thr" "${rdb:-0}" "$stats" "$cluster" >>"$OUT/soak.csv" <<'PY'
 import json, sys
-t, epoch, rss, fds, thr, rdb, raw = sys.argv[1:]
+t, epoch, rss, fds, thr, rdb, raw, cluster = sys.argv[1:]
 try:
     s = json.loads(raw)
 except ValueError:
@@ -109,11 +118,12 @@ row = [t, epoch, rss, fds, thr, rdb, str(s.get("daemon", {}).get("index_pages", 
 for req in ("LOOKUP", "GET", "PUT"):
     r = lat.get(req, {})
     row += [f"{r.get('p50_us', 0):.0f}", f"{r.get('p99_us', 0):.0f}"]
+row.append(cluster)
 print(",".join(row))
 PY
 }
 
-echo "t_s,epoch,rss_kb,fds,threads,nvme_dir_kb,index_pages,lookup_p50_us,lookup_p99_us,get_p50_us,get_p99_us,put_p50_us,put_p99_us" >"$OUT/soak.csv"
+echo "t_s,epoch,rss_kb,fds,threads,nvme_dir_kb,index_pages,lookup_p50_us,lookup_p99_us,get_p50_us,get_p99_us,put_p50_us,put_p99_us,cluster_kb" >"$OUT/soak.csv"
 : >"$OUT/kvtierd.log"
 : >"$OUT/driver.err"
 START=$(date +%s)

@@ -47,6 +47,19 @@ EXCEPTIONS = (
     ("tools/sim/", "prefetch"),
 )
 
+# Inside tiers/ (DESIGN.md, "Arrows that must never exist"): each tier's
+# folder and the shared cache know no store; the store's internal headers
+# (tiers/store/internal/) are the store's alone. part -> parts it may not reach.
+TIERS_PARTS = ("host", "hbm", "nvme", "store", "shared_cache", "remote")
+TIERS_FORBIDDEN = {
+    "host": {"store", "shared_cache"},
+    "hbm": {"store", "shared_cache"},
+    "nvme": {"store", "shared_cache"},
+    "shared_cache": {"store"},
+    "remote": {"store"},
+}
+STORE_INTERNAL = "tiers/store/internal/"
+
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 TARGET_DEF_RE = re.compile(r"\b(?:add_library|add_executable|kvtier_test)\s*\(\s*(?:NAME\s+)?([A-Za-z0-9_.+-]+)")
 LINK_RE = re.compile(r"\btarget_link_libraries\s*\(([^)]*)\)", re.S)
@@ -57,6 +70,23 @@ LINK_KEYWORDS = {"PUBLIC", "PRIVATE", "INTERFACE", "LINK_PUBLIC", "LINK_PRIVATE"
 def owner_of(rel):
     top = rel.split("/", 1)[0]
     return top if top in FOLDERS else None
+
+
+def tiers_part(rel):
+    parts = rel.split("/")
+    if len(parts) > 2 and parts[0] == "tiers" and parts[1] in TIERS_PARTS:
+        return parts[1]
+    return None
+
+
+def tiers_problem(src_rel, target_rel):
+    """Why src_rel may not include target_rel (both repository paths), or None."""
+    if target_rel.startswith(STORE_INTERNAL) and not src_rel.startswith("tiers/store/"):
+        return "the store's internal header %s outside tiers/store/" % target_rel
+    frm, to = tiers_part(src_rel), tiers_part(target_rel)
+    if frm and to and frm != to and to in TIERS_FORBIDDEN.get(frm, ()):
+        return "forbidden arrow tiers/%s -> tiers/%s" % (frm, to)
+    return None
 
 
 def allowed(src_rel, frm, to):
@@ -96,7 +126,9 @@ class Tree:
         return os.path.isfile(os.path.join(self.root, rel))
 
     def resolve(self, src_rel, header, quoted):
-        """Owning folder of `header` included from src_rel; None: third party."""
+        """Owning folder of `header` included from src_rel; None: third party.
+        A header found by path leaves that path in self.last_path."""
+        self.last_path = None
         if quoted:
             # The including file's folder, then each folder above it up to the
             # root: the project's -I dirs (root, tools/, kernels/) are among them.
@@ -104,6 +136,7 @@ class Tree:
             while True:
                 cand = os.path.normpath(os.path.join(d, header)).replace(os.sep, "/")
                 if not cand.startswith("..") and self.exists(cand):
+                    self.last_path = cand
                     return owner_of(cand), None
                 if not d:
                     break
@@ -136,6 +169,9 @@ def check_includes(tree):
                 elif not allowed(rel, frm, to):
                     problems.append('%s:%d: forbidden arrow %s -> %s (#include "%s")' % (
                         rel, lineno, frm, to, header))
+                elif tree.last_path and tiers_problem(rel, tree.last_path):
+                    problems.append('%s:%d: %s (#include "%s")' % (
+                        rel, lineno, tiers_problem(rel, tree.last_path), header))
     return problems
 
 
@@ -203,6 +239,10 @@ def fabricate(root, bad):
           "target_link_libraries(kvtier_daemon PUBLIC kvtier_tiers)\n")
     write(root, "tools/sim/sim.cc", '#include "tiers/tier.h"\n')
     write(root, "tools/bench/bench.cc", '#include "kvtier/client.h"\n')
+    write(root, "tiers/store/internal/store_impl.h", '#include "tiers/tier.h"\n')
+    write(root, "tiers/store/tier_manager.h", '#include "tiers/tier.h"\n')
+    write(root, "tiers/store/eviction.cc", '#include "tiers/store/internal/store_impl.h"\n')
+    write(root, "daemon/store_user.cc", '#include "tiers/store/tier_manager.h"\n')
     if bad:
         # A public header mapped to its folder: tiers -> client.
         write(root, "tiers/hbm/bench/hbm_bench.cc", '#include "kvtier/client.h"\n')
@@ -210,6 +250,9 @@ def fabricate(root, bad):
         write(root, "api/layout.cc", '#  include "tiers/nvme/device.h"\n')
         # Outside tools/sim, a tool may not use the store.
         write(root, "tools/bench/nvme_bench.cc", '#include "tiers/nvme/device.h"\n')
+        # A tier's folder reaching the store; the daemon reaching its internals.
+        write(root, "tiers/nvme/nvme_tier.cc", '#include "tiers/store/tier_manager.h"\n')
+        write(root, "daemon/peek.cc", '#include "tiers/store/internal/store_impl.h"\n')
         # Only CMake says it: tiers links the daemon.
         write(root, "tiers/nvme/CMakeLists.txt",
               "add_library(kvtier_nvme STATIC nvme.cc)\n"
@@ -221,6 +264,8 @@ def self_test():
         "tiers/hbm/bench/hbm_bench.cc:1: forbidden arrow tiers -> client",
         "api/layout.cc:1: forbidden arrow api -> tiers",
         "tools/bench/nvme_bench.cc:1: forbidden arrow tools -> tiers",
+        "tiers/nvme/nvme_tier.cc:1: forbidden arrow tiers/nvme -> tiers/store",
+        "daemon/peek.cc:1: the store's internal header tiers/store/internal/store_impl.h outside tiers/store/",
         "tiers/nvme/CMakeLists.txt:2: forbidden arrow tiers -> daemon (kvtier_nvme links kvtier_daemon)",
     ]
     ok = True

@@ -61,6 +61,13 @@ for f in bin/kvtierd bin/kvtierctl bin/kvtier-stress bin/kvtier-generate \
          "${libdir#"$prefix"/}"/libkvtier-client.so; do
   [[ -e $prefix/$f ]] || die "$f was not installed"
 done
+# Every kvtier header an installed header names (by #include or in a
+# comment that sends the reader there) is installed too.
+for h in "$prefix"/include/kvtier/*.h; do
+  for named in $(grep -oh 'kvtier/[a-z_]*\.h' "$h" | sort -u); do
+    [[ -e $prefix/include/$named ]] || die "$(basename "$h") names $named, which was not installed"
+  done
+done
 # The licence, the DEB's copyright file, the changelog and the monitoring kit.
 for f in share/doc/kvtier/LICENSE share/doc/kvtier/copyright share/doc/kvtier/CHANGELOG.md \
          share/kvtier/monitoring/grafana-kvtier.json share/kvtier/monitoring/kvtier-alerts.yml \

@@ -21,6 +21,7 @@
 #include "absl/types/span.h"
 #include "kvtier/layout.h"
 #include "kvtier/page_key.h"
+#include "kvtier/paths.h"
 #include "kvtier/stats.h"
 
 namespace kvtier::internal {

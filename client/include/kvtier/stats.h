@@ -14,7 +14,7 @@
 namespace kvtier {
 
 struct PingResult {
-  std::string version;         // the daemon's version (kvtier/version.h's form)
+  std::string version;         // the daemon's version, e.g. "0.2.0"
   uint64_t uptime_ms = 0;
   std::string namespace_name;  // who the daemon thinks this session is
   bool admin = false;

@@ -8,6 +8,7 @@
 //   kvtier-consumer ipc:///path/kvtierd.sock
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ std::string PageBytes(uint64_t size, uint32_t page) {
 
 int main(int argc, char** argv) {
   if (argc != 2) return Fail("usage: kvtier-consumer ENDPOINT (e.g. ipc:///run/kvtier/kvtierd.sock)");
+  // Where a client with no endpoint would go (kvtier/paths.h).
+  if (kvtier::DefaultEndpoint().rfind("ipc://", 0) != 0 && getenv("KVTIER_ENDPOINT") == nullptr)
+    return Fail("DefaultEndpoint() is not an ipc:// endpoint: " + kvtier::DefaultEndpoint());
   const kvtier::Layout layout{.layers = 2, .kv_heads = 2, .head_dim = 64, .tokens_per_page = 16,
                               .dtype = kvtier::Dtype::kFp16};
   const uint64_t page = layout.PageBytes();
