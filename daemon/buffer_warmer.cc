@@ -185,6 +185,9 @@ bool BufferWarmer::Step() {
     std::shared_ptr<ClientBuffer> buffer = job->buffer.lock();
     if (buffer != nullptr) r = WarmChunk(job->base, begin, end);
     else r.ok = false;  // ended: Finish counts it cancelled
+    // Chunks of a job run in order from 0: all of [0, end) is done, and
+    // copies there can use the mapping (ClientBuffer::Write).
+    if (r.ok && buffer != nullptr) buffer->MarkWarm(end);
   }
   Finish(ns, *job, begin, r);
   return true;

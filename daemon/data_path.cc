@@ -94,8 +94,7 @@ void DataPath::CopyGet(GetTransfer& t, size_t begin, size_t end) const {
       t.error.Set(src.status());
       return;
     }
-    uint8_t* dst = t.buffer->data() + t.offsets[i];
-    if (!GuardedRun([&] { std::memcpy(dst, *src, t.page_bytes); })) t.fault = true;
+    if (!t.buffer->Write(t.offsets[i], *src, t.page_bytes)) t.fault = true;
   };
   ReadPagesForGet(*store_, prefetcher_, absl::MakeSpan(t.pins).subspan(begin, end - begin), copy);
 }

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "daemon/client_buffer.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
 #include "kvtier/errors.h"
@@ -70,6 +71,7 @@ ABSL_FLAG(std::string, max_registered_bytes_per_tenant, "64GiB", "client memory 
 ABSL_FLAG(std::string, socket_group, "", "give the ipc socket to this group with mode 0660 (one uid per tenant, all in the group); default: the socket is 0600, this uid only");
 ABSL_FLAG(std::string, prefetch_max_leased_per_tenant, "0", "bytes of prefetched pages one tenant may hold leased at once, at most (budget / active tenants); 0 = half of --prefetch_max_pinned");
 ABSL_FLAG(bool, buffer_warmup, true, "after REGISTER_BUFFER, map the pages the client's buffer holds into the daemon on a background thread (never its holes), so the first GET costs what later ones do; STATS namespaces[].warmup.pending_bytes is 0 once warm");
+ABSL_FLAG(bool, buffer_write_fd, true, "a GET into a part of a registered shm buffer the daemon has not yet mapped in writes through the buffer's file descriptor instead of faulting the mapping in page by page (false: through the mapping, as before)");
 ABSL_FLAG(int, session_idle_timeout_s, 1800, "drop sessions idle for this many seconds");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 ABSL_FLAG(int, metrics_port, 0, "Prometheus /metrics endpoint on --metrics_address at this port (9464 is the usual choice); 0 = off, -1 = any free port (logged)");
@@ -225,6 +227,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvtierd: %s\n", std::string(device.status().message()).c_str());
     return 2;
   }
+  // No descriptor kept: every copy into a client buffer uses the mapping.
+  if (!absl::GetFlag(FLAGS_buffer_write_fd)) kvtier::daemon::ClientBuffer::set_fd_limit(0);
   std::thread signals = StartSignalThread();
   auto daemon = kvtier::daemon::Daemon::Create(*std::move(config), *device);
   if (!daemon.ok()) {

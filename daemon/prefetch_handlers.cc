@@ -102,7 +102,8 @@ class LayerCopy final : public tiers::LayerSink {
         progress_(*reinterpret_cast<uint64_t*>(base_ + job.progress_offset)) {}
   void Layer(size_t i, uint32_t l, const uint8_t* bytes) override {
     const uint64_t at = uint64_t{l} * job_.layer_bytes;
-    Guard([&] { std::memcpy(base_ + job_.offsets[begin_ + i] + at, bytes, job_.layer_bytes); });
+    if (!job_.fault && !job_.buffer->Write(job_.offsets[begin_ + i] + at, bytes, job_.layer_bytes))
+      job_.fault = true;
   }
   // This part delivered layer l; the counter covers the layers every part
   // delivered (a part may run ahead of another).
@@ -151,8 +152,7 @@ void CopyLayers(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& st
 void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
                prefetch::Prefetcher& pf) {
   ReadRange(job, begin, end, store, pf, [&](size_t i, const uint8_t* src) {
-    uint8_t* dst = job.buffer->data() + job.offsets[i];
-    if (!GuardedRun([&] { std::memcpy(dst, src, job.page_bytes); })) job.fault = true;
+    if (!job.buffer->Write(job.offsets[i], src, job.page_bytes)) job.fault = true;
   });
 }
 

@@ -31,6 +31,7 @@ PROGRAMS = ["daemon/kvtierd", "tools/kvtierctl", "tools/stress/kvtier-stress", "
             "tiers/bench/kvtier-layer-read-bench", "tiers/remote/bench/kvtier-remote-bench",
             "tests/hbm/kvtier-nvme-device-get-bench", "client/decoder/kvtier-decoder-bench",
             "client/decoder/kvtier-gpu-decoder-bench", "client/decoder/kvtier-remote-ttft-bench",
+            "client/decoder/kvtier-first-restore-bench",
             "tiers/shared_cache/kvtier-seal-bench"]
 FLAG = re.compile(r"^  --(\[no\])?([A-Za-z0-9_]+)(=(\S+))?(?: \(default: (.*)\))?$")
 

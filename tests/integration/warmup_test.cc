@@ -1,7 +1,8 @@
 // Registration warm-up against a real kvtierd: after REGISTER_BUFFER the
 // daemon maps in the client's pages off the frontend (STATS warmup figures,
 // and the Rss of the daemon's mapping in /proc/<pid>/smaps); UNREGISTER and
-// session end stop it; holes and truncated objects are survived untouched.
+// session end stop it; holes and truncated objects are survived untouched; a
+// GET before it writes through the buffer's descriptor.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -190,6 +191,56 @@ TEST_F(WarmupOffTest, NothingIsMappedInAhead) {
   const wire::BufferWarmup w = Warmup(*c);
   EXPECT_EQ(w.pending_bytes() + w.warmed_bytes() + w.buffers(), 0u);
   EXPECT_EQ(MappingRss(daemon_->pid(), buf->name()), 0u);
+}
+
+// GETs into a buffer the daemon has not mapped in (no warm-up here, so none
+// ever is): the pages go through the buffer's descriptor, land byte-exact,
+// and leave the daemon's mapping cold; with --buffer_write_fd=false they
+// fault it in, as before. `expect_rss`: the mapping's Rss after the GET.
+void GetIntoColdBuffer(Client& c, pid_t daemon, uint64_t expect_rss) {
+  auto keys = MakeChain(SmallLayout(), 78, 8);
+  std::vector<uint64_t> offsets;
+  auto src = ShmBuffer::Create(8 * kSmallPageBytes);
+  ASSERT_TRUE(src.ok()) << src.status();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    offsets.push_back(i * kSmallPageBytes);
+    tools::FillPattern(keys[i], (*src)->data() + offsets.back(), kSmallPageBytes);
+  }
+  auto sid = c.RegisterBuffer((*src)->name(), (*src)->size());
+  ASSERT_TRUE(sid.ok()) << sid.status();
+  auto put = c.Put(keys, PageKey::Zero(), *sid, offsets);
+  ASSERT_TRUE(put.ok()) << put.status();
+  ASSERT_EQ(put->stored, keys.size());
+  auto dst = ShmBuffer::Create(8 * kSmallPageBytes);
+  ASSERT_TRUE(dst.ok()) << dst.status();
+  std::memset((*dst)->data(), 0, (*dst)->size());
+  auto did = c.RegisterBuffer((*dst)->name(), (*dst)->size());
+  ASSERT_TRUE(did.ok()) << did.status();
+  auto got = c.Get(keys, *did, offsets);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < keys.size(); ++i)
+    EXPECT_EQ(tools::CheckPattern(keys[i], (*dst)->data() + offsets[i], kSmallPageBytes),
+              kSmallPageBytes);
+  EXPECT_EQ(MappingRss(daemon, (*dst)->name()), expect_rss);
+}
+
+TEST_F(WarmupOffTest, GetIntoAColdBufferWritesThroughItsDescriptor) {
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  GetIntoColdBuffer(*c, daemon_->pid(), 0);
+}
+
+class WriteFdOffTest : public WarmupTest {
+ protected:
+  DaemonOptions DaemonOpts() const override {
+    return {.flags = {"--buffer_warmup=false", "--buffer_write_fd=false"}};
+  }
+};
+
+TEST_F(WriteFdOffTest, GetIntoAColdBufferFaultsTheMappingIn) {
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  GetIntoColdBuffer(*c, daemon_->pid(), 8 * kSmallPageBytes);
 }
 
 class WarmupDeviceTest : public WarmupTest {

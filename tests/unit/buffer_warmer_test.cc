@@ -1,7 +1,9 @@
 // BufferWarmer in isolation (daemon/buffer_warmer.h), stepped by hand
 // (threads = 0) over real shm objects: what it maps in (the daemon mapping's
 // Rss in /proc/self/smaps), what it leaves alone (holes), cancellation,
-// round-robin between tenants, and objects truncated under it.
+// round-robin between tenants, and objects truncated under it; and
+// ClientBuffer::Write, which copies through the object's descriptor until the
+// warm-up has mapped a range in.
 #include "daemon/buffer_warmer.h"
 
 #include <fcntl.h>
@@ -40,7 +42,18 @@ class Object {
     shm_unlink(name_.c_str());
   }
   bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
   const std::string& name() const { return name_; }
+  uint64_t Size() const {
+    struct stat st = {};
+    fstat(fd_, &st);
+    return static_cast<uint64_t>(st.st_size);
+  }
+  std::string Read(uint64_t offset, uint64_t n) const {
+    std::string out(n, '\0');
+    EXPECT_EQ(pread(fd_, out.data(), n, static_cast<off_t>(offset)), static_cast<ssize_t>(n));
+    return out;
+  }
   // Writes [offset, offset + n) so the object holds those pages.
   void Write(uint64_t offset, uint64_t n) {
     ASSERT_EQ(pwrite(fd_, std::string(n, 'x').data(), n, static_cast<off_t>(offset)),
@@ -290,6 +303,110 @@ TEST(BufferWarmerTest, ThreadsWarmInTheBackground) {
   for (int i = 0; i < 30000 && (*w)->Stats(3).pending_bytes > 0; ++i) usleep(1000);
   EXPECT_EQ((*w)->Stats(3).buffers, 1u);
   EXPECT_EQ(MappingRss(buffer->data()), 4 * kMiB);
+}
+
+std::string Pattern(uint64_t n, char seed) {
+  std::string s(n, '\0');
+  for (uint64_t i = 0; i < n; ++i) s[i] = static_cast<char>(seed + i * 7);
+  return s;
+}
+
+bool WriteAt(ClientBuffer& b, uint64_t offset, const std::string& bytes) {
+  return b.Write(offset, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
+
+// A GET into a cold buffer: the bytes land, the daemon's mapping stays
+// untouched (no fault per page), and nothing beyond the range is allocated.
+TEST(ClientBufferWriteTest, ColdRangeGoesThroughTheDescriptor) {
+  Object o(64 * kMiB);  // sparse: the client wrote its first 8 MiB
+  ASSERT_TRUE(o.ok());
+  o.Write(0, 8 * kMiB);
+  auto buffer = Map(o, 64 * kMiB);
+  ASSERT_NE(buffer, nullptr);
+  ASSERT_TRUE(buffer->writes_through_fd());
+  const std::string page = Pattern(3 * kMiB, 'a');
+  ASSERT_TRUE(WriteAt(*buffer, kMiB + 4096, page));
+  EXPECT_EQ(o.Read(kMiB + 4096, page.size()), page);
+  EXPECT_EQ(MappingRss(buffer->data()), 0u) << "the copy faulted the daemon's mapping in";
+  ASSERT_TRUE(WriteAt(*buffer, 40 * kMiB, page));  // into a hole, as a copy would
+  EXPECT_EQ(o.Read(40 * kMiB, page.size()), page);
+  EXPECT_EQ(o.AllocatedBytes(), 8 * kMiB + 3 * kMiB) << "a write allocated beyond its range";
+  EXPECT_EQ(o.Size(), 64 * kMiB);
+}
+
+// Below the warm-up's mark a copy uses the mapping (the fast path once warm);
+// above it, the descriptor.
+TEST(ClientBufferWriteTest, WarmRangeGoesThroughTheMapping) {
+  Object o(4 * kMiB);
+  ASSERT_TRUE(o.ok());
+  o.Write(0, 4 * kMiB);
+  auto buffer = Map(o, 4 * kMiB);
+  ASSERT_NE(buffer, nullptr);
+  auto w = Stepped();
+  w->Warm(1, buffer);
+  ASSERT_TRUE(w->Step());  // one 1 MiB chunk
+  EXPECT_EQ(buffer->warm_bytes(), kMiB);
+  EXPECT_EQ(MappingRss(buffer->data()), kMiB);
+  const std::string a = Pattern(kMiB / 2, 'b'), b = Pattern(kMiB, 'c');
+  ASSERT_TRUE(WriteAt(*buffer, 4096, a));
+  ASSERT_TRUE(WriteAt(*buffer, 2 * kMiB, b));
+  EXPECT_EQ(MappingRss(buffer->data()), kMiB) << "a cold range went through the mapping";
+  EXPECT_EQ(o.Read(4096, a.size()), a);
+  EXPECT_EQ(o.Read(2 * kMiB, b.size()), b);
+  StepAll(*w);
+  EXPECT_EQ(buffer->warm_bytes(), 4 * kMiB);
+  // A range across the old mark is warm now, and goes through the mapping.
+  ASSERT_TRUE(WriteAt(*buffer, kMiB - 4096, b));
+  EXPECT_EQ(o.Read(kMiB - 4096, b.size()), b);
+}
+
+// A shrunk object refuses the copy as the mapping's SIGBUS would, and is
+// not grown back by it.
+TEST(ClientBufferWriteTest, ShrunkObjectFailsAndStaysShrunk) {
+  Object o(8 * kMiB);
+  ASSERT_TRUE(o.ok());
+  o.Write(0, 8 * kMiB);
+  auto buffer = Map(o, 8 * kMiB);
+  ASSERT_NE(buffer, nullptr);
+  o.Truncate(2 * kMiB);
+  EXPECT_FALSE(WriteAt(*buffer, 4 * kMiB, Pattern(kMiB, 'd')));
+  EXPECT_FALSE(WriteAt(*buffer, 2 * kMiB - 4096, Pattern(8192, 'e')));
+  EXPECT_EQ(o.Size(), 2 * kMiB);
+  ASSERT_TRUE(WriteAt(*buffer, kMiB, Pattern(kMiB, 'f')));  // what remains still works
+  EXPECT_EQ(o.Read(kMiB, kMiB), Pattern(kMiB, 'f'));
+}
+
+// A buffer handed over by fd shares the client's open file: O_APPEND set on
+// it by the client must not turn the daemon's writes into appends that grow
+// the object.
+TEST(ClientBufferWriteTest, ClientAppendFlagIsIgnored) {
+  Object o(2 * kMiB);
+  ASSERT_TRUE(o.ok());
+  o.Write(0, 2 * kMiB);
+  auto b = ClientBuffer::MapFd(o.fd(), 2 * kMiB, "handed");
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ(fcntl(o.fd(), F_SETFL, fcntl(o.fd(), F_GETFL) | O_APPEND), 0);
+  const std::string page = Pattern(4096, 'g');
+  ASSERT_TRUE(WriteAt(**b, 8192, page));
+  EXPECT_EQ(o.Size(), 2 * kMiB);
+  EXPECT_EQ(o.Read(8192, page.size()), page);
+}
+
+// With no descriptor to spare (--buffer_write_fd=false sets the limit to 0)
+// copies use the mapping, as before.
+TEST(ClientBufferWriteTest, WithoutADescriptorTheMappingIsUsed) {
+  ClientBuffer::set_fd_limit(0);
+  Object o(2 * kMiB);
+  ASSERT_TRUE(o.ok());
+  o.Write(0, 2 * kMiB);
+  auto buffer = Map(o, 2 * kMiB);
+  ClientBuffer::set_fd_limit(-1);
+  ASSERT_NE(buffer, nullptr);
+  EXPECT_FALSE(buffer->writes_through_fd());
+  const std::string page = Pattern(kMiB, 'h');
+  ASSERT_TRUE(WriteAt(*buffer, 0, page));
+  EXPECT_EQ(MappingRss(buffer->data()), kMiB);
+  EXPECT_EQ(o.Read(0, page.size()), page);
 }
 
 }  // namespace

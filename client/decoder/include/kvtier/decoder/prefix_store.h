@@ -66,6 +66,8 @@ class PrefixStore {
   ~PrefixStore();
 
   Client& client() { return *client_; }
+  // The arena's registration (GETs into it land where Restore puts pages).
+  BufferId buffer() const { return buffer_; }
 
   // For an empty sequence: restores the leading cached full pages of
   // `prompt`. At least the prompt's last token is left to compute (its
