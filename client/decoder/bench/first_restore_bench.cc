@@ -30,6 +30,7 @@
 #include "kvtier/decoder/model.h"
 #include "kvtier/decoder/session.h"
 #include "kvtier/status_macros.h"
+#include "client/wire_calls.h"
 #include "kvtier.pb.h"
 
 ABSL_FLAG(std::string, endpoint, "", "kvtierd endpoint (default: the default ipc socket)");
@@ -87,7 +88,7 @@ struct Figures {
 };
 
 absl::StatusOr<uint64_t> PendingWarmup(kvtier::Client& c) {
-  ASSIGN_OR_RETURN(kvtier::wire::StatsReply st, c.Stats());
+  ASSIGN_OR_RETURN(kvtier::wire::StatsReply st, kvtier::WireStats(c));
   for (const auto& n : st.namespaces())
     if (n.name() == c.namespace_name()) return n.warmup().pending_bytes();
   return uint64_t{0};
