@@ -200,8 +200,13 @@ def test_sglang_extra_config_as_printed(cfg, version, default_env):
             pytest.fail(f"{cfg.where}: SGLang {engine.__version__} cannot parse the JSON: {e}")
 
         def start_engine():
-            """What SGLang does at start with the printed flags: the dynamic
-            backend from the JSON, the host pool (the stock one), the controller."""
+            """What SGLang does at start with the printed flags: its server args
+            published in the scheduler process (v0.5.4 on), the dynamic backend
+            from the JSON, the host pool (the stock one), the controller."""
+            engine.set_global_server_args_for_scheduler(engine.ServerArgs(
+                model_path=cfg.model(), page_size=page, hicache_mem_layout=layout,
+                hicache_storage_backend=cfg.option("--hicache-storage-backend"),
+                hicache_storage_backend_extra_config=cfg.raw))
             storage_config = engine.HiCacheStorageConfig(
                 tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, is_mla_model=False,
                 is_page_first_layout=layout.startswith("page_first"), model_name=cfg.model(),
@@ -230,3 +235,4 @@ def test_sglang_extra_config_as_printed(cfg, version, default_env):
         for p in range(pages):
             assert torch.equal(pool.get_data_page((pages + p) * page), want[p]), cfg.where
         backend.close()
+        engine.set_global_server_args_for_scheduler(None)

@@ -12,15 +12,25 @@
 #   python/sglang/srt/mem_cache/storage/backend_factory.py   _create_dynamic_backend
 #   python/sglang/srt/mem_cache/hiradix_cache.py   _parse_storage_backend_extra_config: the
 #       JSON of --hicache-storage-backend-extra-config, with SGLang's own keys taken out
+#   python/sglang/srt/server_args.py   ServerArgs (the fields that change a page's KV, and
+#       what a storage backend needs, with their defaults), _global_server_args with
+#       set_global_server_args_for_scheduler / get_global_server_args: from v0.5.4 (PR
+#       #11528; v0.5.3 and before have only managers/schedule_batch.py
+#       global_server_args_dict). model_executor/model_runner.py sets it in the scheduler
+#       process (ModelRunner.__init__), before scheduler.py builds HiRadixCache and with
+#       it the storage backend. Read at the commits bumping main to 0.5.4, 0.5.5, 0.5.6,
+#       0.5.6.post1 (1053e1be1, 0c006b880, 7ae368efd, 9a327bdfc); the fields are the same
+#       in all four
 # How it was read: the tags' snapshots are over the size the source store hands
 # out; these were checked against the stored newest versions of those files
 # and the reviewer's reproduction on the tags (issue 25). Not SGLang: nothing
 # here ran inside the engine.
 import importlib
 import json
+import uuid
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Union
 
 import torch
 
@@ -37,6 +47,61 @@ class HiCacheStorageConfig:
     model_name: Optional[str]
     enable_storage_metrics: bool = False
     extra_config: Optional[dict] = None
+
+
+@dataclass
+class ServerArgs:
+    """The ServerArgs fields a storage backend may read, with SGLang's defaults
+    (the real one has some 300 more)."""
+    model_path: str
+    load_format: str = "auto"
+    context_length: Optional[int] = None
+    revision: Optional[str] = None
+    model_impl: str = "auto"
+    dtype: str = "auto"
+    quantization: Optional[str] = None
+    quantization_param_path: Optional[str] = None
+    kv_cache_dtype: str = "auto"
+    modelopt_quant: Optional[Union[str, Dict]] = None
+    page_size: Optional[int] = None
+    tp_size: int = 1
+    served_model_name: Optional[str] = None
+    weight_version: str = "default"
+    json_model_override_args: str = "{}"
+    enable_lora: Optional[bool] = None
+    lora_paths: Optional[Any] = None  # LoRARef list after __post_init__ (see LoRARef)
+    hicache_mem_layout: str = "layer_first"
+    hicache_storage_backend: Optional[str] = None
+    hicache_storage_backend_extra_config: Optional[str] = None
+    torchao_config: str = ""
+
+    def __post_init__(self):
+        if self.served_model_name is None:
+            self.served_model_name = self.model_path
+
+
+@dataclass
+class LoRARef:
+    """lora/lora_registry.py: what ServerArgs.__post_init__ turns each
+    --lora-paths entry into; lora_id is a fresh uuid4 in every process."""
+    lora_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    lora_name: Optional[str] = None
+    lora_path: Optional[str] = None
+    pinned: Optional[bool] = None
+
+
+_global_server_args: Optional[ServerArgs] = None
+
+
+def set_global_server_args_for_scheduler(server_args):
+    global _global_server_args
+    _global_server_args = server_args
+
+
+def get_global_server_args():
+    if _global_server_args is None:
+        raise ValueError("Global server args is not set yet!")
+    return _global_server_args
 
 
 @dataclass

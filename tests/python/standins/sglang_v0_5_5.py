@@ -7,11 +7,16 @@
 #       extra_config["interface_v1"] says
 #   python/sglang/srt/mem_cache/memory_pool_host.py: no ALLOC_MEMORY_FUNCS (the pool
 #       allocates its buffer itself)
+#   python/sglang/srt/server_args.py: get_global_server_args() as in v0.5.6, from v0.5.4
+#       only; v0.5.0 ... v0.5.3 have none (the backend then warns that it cannot fold
+#       the server settings into its keys; tests remove it to check that)
 # Not SGLang: nothing here ran inside the engine.
 from standins._sglang_v0_5 import (HiCacheController as _Controller,  # noqa: F401
                                   HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo,
                                   MHATokenToKVPoolHost, create_dynamic_backend,
-                                  parse_storage_backend_extra_config, torch_alloc)
+                                  parse_storage_backend_extra_config, torch_alloc,
+                                  LoRARef, ServerArgs, get_global_server_args,
+                                  set_global_server_args_for_scheduler)
 
 __version__ = "0.5.5"
 V1_FOR_DYNAMIC = False  # does the dynamic backend get batch_get_v1/batch_set_v1?
@@ -28,4 +33,7 @@ MODULES = {
                                              "HiCacheStorageExtraInfo"],
     "sglang.srt.mem_cache.memory_pool_host": ["MHATokenToKVPoolHost"],
     "sglang.srt.managers.cache_controller": ["HiCacheController"],
+    "sglang.srt.server_args": ["ServerArgs", "get_global_server_args",
+                               "set_global_server_args_for_scheduler"],
+    "sglang.srt.lora.lora_registry": ["LoRARef"],
 }

@@ -9,7 +9,9 @@
 from standins._sglang_v0_5 import (HiCacheController as _Controller,  # noqa: F401
                                   HiCacheStorage, HiCacheStorageConfig, HiCacheStorageExtraInfo,
                                   MHATokenToKVPoolHost, create_dynamic_backend,
-                                  parse_storage_backend_extra_config, torch_alloc)
+                                  parse_storage_backend_extra_config, torch_alloc,
+                                  LoRARef, ServerArgs, get_global_server_args,
+                                  set_global_server_args_for_scheduler)
 
 __version__ = "0.5.6"
 V1_FOR_DYNAMIC = True  # does the dynamic backend get batch_get_v1/batch_set_v1?
@@ -26,4 +28,7 @@ MODULES = {
                                              "HiCacheStorageExtraInfo"],
     "sglang.srt.mem_cache.memory_pool_host": ["MHATokenToKVPoolHost"],
     "sglang.srt.managers.cache_controller": ["HiCacheController"],
+    "sglang.srt.server_args": ["ServerArgs", "get_global_server_args",
+                               "set_global_server_args_for_scheduler"],
+    "sglang.srt.lora.lora_registry": ["LoRARef"],
 }
