@@ -8,6 +8,7 @@
 import hashlib
 import logging
 import signal
+import sys
 
 import pytest
 
@@ -37,7 +38,12 @@ def _use(standin):
 def sglang(request):
     with installed(request.param) as standin:
         _use(standin)
-        yield standin
+        # As SGLang's ModelRunner does before the backend is built (v0.5.4 on).
+        standin.set_global_server_args_for_scheduler(standin.ServerArgs(MODEL))
+        try:
+            yield standin
+        finally:
+            standin.set_global_server_args_for_scheduler(None)
     _use_none()
 
 
@@ -47,6 +53,7 @@ def _use_none():
 
 
 PAGE, LAYERS, HEADS, DIM = 16, 4, 2, 64
+MODEL = "sim/llama-gqa"
 BATCH = 128  # STORAGE_BATCH_SIZE: pages per storage call
 
 
@@ -83,7 +90,7 @@ def create_backend(d, pool, **extra):
              "class_name": "KvtierStorage", "interface_v1": 1, "endpoint": d.endpoint, **extra}
     cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, is_mla_model=False,
                                is_page_first_layout=pool.layout == "page_first",
-                               model_name="sim/llama-gqa", extra_config=extra)
+                               model_name=MODEL, extra_config=extra)
     backend = ENGINE.create_dynamic_backend(cfg)
     backend.register_mem_pool_host(pool)
     return backend
@@ -374,3 +381,134 @@ def test_importing_the_backend_without_sglang_names_sglang_and_its_versions():
     with installed("no_engine"):
         with pytest.raises(ImportError, match=r"needs SGLang installed.*v0\.5\.6"):
             from kvtier.integrations import sglang  # noqa: F401
+
+
+# -- keys that change when the KV changes ----------------------------------------------
+
+def start_engine(d, pool, server_args=None, **extra):
+    """One SGLang server's backend: its ServerArgs published as ModelRunner
+    publishes them (None: not readable), then the dynamic backend."""
+    ENGINE.set_global_server_args_for_scheduler(server_args)
+    return create_backend(d, pool, **extra)
+
+
+def stores_then_shares(writer, reader, pool, first_token=7, pages=3):
+    """Whether `reader` finds (and loads byte for byte) the prompt from
+    first_token that `writer` stored; both over `pool`."""
+    hashes = page_hashes(list(range(first_token, first_token + pages * PAGE)))
+    want = [page_bytes(pool, p) for p in range(pages)]
+    assert backup(writer, hashes, indices(range(pages))) == pages
+    if reader.batch_exists(hashes) == 0:
+        return False
+    assert prefetch(reader, hashes, indices(range(10, 10 + pages))) == pages
+    assert all(torch.equal(page_bytes(pool, 10 + i), w) for i, w in enumerate(want))
+    return True
+
+
+def server_args(**changes):
+    """The ServerArgs of a server started with --model-path MODEL (and
+    --served-model-name MODEL, which HiCacheStorageConfig.model_name is)."""
+    return ENGINE.ServerArgs(**{"model_path": MODEL, "served_model_name": MODEL, **changes})
+
+
+def lora(*names):
+    return [ENGINE.LoRARef(lora_name=n, lora_path=f"/adapters/{n}") for n in names]
+
+
+# One KV-changing setting each: (ServerArgs changes, extra_config changes).
+KV_CHANGES = {
+    "quantization": ({"quantization": "fp8"}, {}),
+    "kv_cache_dtype": ({"kv_cache_dtype": "fp8_e5m2"}, {}),
+    "revision": ({"revision": "0123abcd"}, {}),
+    "dtype": ({"dtype": "bfloat16"}, {}),
+    "model_path": ({"model_path": "/models/llama-gqa-finetuned"}, {}),
+    "load_format": ({"load_format": "dummy"}, {}),
+    "rope_override": ({"json_model_override_args":
+                       '{"rope_scaling": {"rope_type": "linear", "factor": 2.0}}'}, {}),
+    "lora": ({"enable_lora": True, "lora_paths": ["a"]}, {}),  # adapter names
+    "model_config": ({}, {"model_config": {"adapter": "support-bot-v2"}}),
+}
+
+
+@pytest.mark.parametrize("change", sorted(KV_CHANGES))
+def test_two_engine_configurations_that_change_the_kv_never_share_pages(kvtierd, change):
+    """Two SGLang servers of one model name that differ in one setting that
+    changes the KV bytes: what one stores is a miss for the other, both ways.
+    A third with the first's settings (a new process: fresh ServerArgs,
+    fresh LoRA ids) loads the first's pages."""
+    args, extra = KV_CHANGES[change]
+    if "lora_paths" in args:
+        args = dict(args, lora_paths=lora(*args["lora_paths"]))
+    pool = make_pool()
+    a = start_engine(kvtierd, pool, server_args())
+    b = start_engine(kvtierd, pool, server_args(**args), **extra)
+    assert a._model != b._model
+    assert not stores_then_shares(a, b, pool, first_token=7)
+    assert not stores_then_shares(b, a, pool, first_token=5000)
+    again = start_engine(kvtierd, pool, server_args())
+    assert stores_then_shares(a, again, pool, first_token=7)
+
+
+def test_equal_settings_written_differently_share_pages(kvtierd):
+    """Canonical forms: JSON overrides and model_config by value (key order,
+    spacing), LoRA adapters by name and path (not order, not their per-process
+    ids)."""
+    pool = make_pool()
+    a = start_engine(kvtierd, pool, server_args(
+        enable_lora=True, lora_paths=lora("a", "b"),
+        json_model_override_args='{"rope_theta": 500000, "sliding_window": 4096}'),
+        model_config={"adapter": "x", "steps": [1, 2]})
+    b = start_engine(kvtierd, pool, server_args(
+        enable_lora=True, lora_paths=lora("b", "a"),
+        json_model_override_args='{ "sliding_window":4096, "rope_theta":500000 }'),
+        model_config={"steps": [1, 2], "adapter": "x"})
+    assert a._model == b._model
+    assert stores_then_shares(a, b, pool)
+
+
+def test_unreadable_server_args_warn_and_are_never_taken_for_read_ones(kvtierd, caplog,
+                                                                        monkeypatch):
+    """Not published (SGLang did not set them in this process), or an SGLang
+    without get_global_server_args (v0.5.3 and before): the backend says at
+    start which settings it cannot fold and how to name them; its pages are a
+    miss for a backend that read them."""
+    pool = make_pool()
+    with caplog.at_level(logging.WARNING, logger="kvtier.integrations.sglang"):
+        blind = start_engine(kvtierd, pool, None)
+    assert "not set in this process" in caplog.text and "NOT folded" in caplog.text
+    assert "kv_cache_dtype" in caplog.text and "model_config" in caplog.text
+    seeing = start_engine(kvtierd, pool, server_args())
+    assert not stores_then_shares(blind, seeing, pool)
+
+    caplog.clear()
+    monkeypatch.delattr(sys.modules["sglang.srt.server_args"], "get_global_server_args")
+    with caplog.at_level(logging.WARNING, logger="kvtier.integrations.sglang"):
+        old = start_engine(kvtierd, pool, server_args(), model_config="w-2025-06")
+    assert "no get_global_server_args" in caplog.text and "v0.5.4" in caplog.text
+    assert old._model != blind._model  # model_config still folds in
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvtier.integrations.sglang"):
+        start_engine(kvtierd, pool, None)
+    assert len(caplog.records) == 1  # once per backend, at start
+
+
+@pytest.mark.parametrize("bad", [5, "", True, {"x": float("nan")}, {"x": object()}])
+def test_a_model_config_that_is_not_json_is_refused(kvtierd, bad):
+    with pytest.raises(ValueError, match="model_config"):
+        create_backend(kvtierd, make_pool(), model_config=bad)
+
+
+def test_v0_5_5_folds_the_server_args_into_v0_pages_too(kvtierd):
+    """v0.5.5 publishes the same ServerArgs (from v0.5.4); its v0 pages are
+    keyed the same way."""
+    with installed("sglang_v0_5_5") as v055:
+        _use(v055)
+        pool = make_pool("layer_first")
+        a = start_engine(kvtierd, pool, server_args(), interface_v1=0)
+        b = start_engine(kvtierd, pool, server_args(kv_cache_dtype="fp8_e4m3"), interface_v1=0)
+        again = start_engine(kvtierd, pool, server_args(), interface_v1=0)
+        hashes = page_hashes(list(range(2 * PAGE)))
+        assert a.batch_set(hashes, [pool.get_data_page(p * PAGE) for p in range(2)])
+        assert not b.exists(hashes[0]) and b.batch_get(hashes) == [None, None]
+        assert again.exists(hashes[0])
+        assert torch.equal(again.get(hashes[1]), pool.get_data_page(PAGE))

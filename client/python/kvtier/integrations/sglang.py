@@ -20,6 +20,7 @@ import torch
 
 import kvtier
 
+from ._sglang_model import check_model_config, model_identity
 from .core import get_pages, put_chain
 from .paging import DTYPES, StagingBuffer, chunks
 
@@ -39,7 +40,7 @@ log = logging.getLogger("kvtier.integrations.sglang")
 # Keys the dynamic loader reads from extra_config (ours are the rest).
 _LOADER_KEYS = {"backend_name", "module_path", "class_name", "interface_v1"}
 _OPTIONS = {"endpoint": None, "tenant": "default", "token": "", "timeout_ms": 10000,
-            "lease_ms": 10000, "staging_pages": 64, "model_id": None}
+            "lease_ms": 10000, "staging_pages": 64, "model_id": None, "model_config": None}
 
 
 def sglang_version():
@@ -102,6 +103,9 @@ class KvtierStorage(HiCacheStorage):
         model = self.opts["model_id"] or getattr(storage_config, "model_name", None)
         if not model:
             raise ValueError("KvtierStorage: no model name; set extra_config.model_id")
+        # The model name with the server settings that change the KV bytes
+        # (SGLang's page hashes cover only the tokens); see _sglang_model.
+        model = model_identity(model, check_model_config(self.opts["model_config"]))
         self._deployment = (f"{model}|sglang|tp{storage_config.tp_rank}of"
                             f"{storage_config.tp_size}|pp{getattr(storage_config, 'pp_rank', 0)}")
         self.client = None
