@@ -50,6 +50,24 @@ void AppendKeys(absl::Span<const PageKey> chain, std::string& out) {
   out.append(reinterpret_cast<const char*>(chain.data()), chain.size() * kPageKeyBytes);
 }
 
+absl::Status CheckRunsSupported(bool supported, const std::vector<PageRun>& runs,
+                                absl::string_view op) {
+  if (runs.empty() || supported) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      op, ": this kvtierd does not support scattered pages (page_runs; its HELLO reply does not "
+      "list the feature): upgrade the daemon, or copy pages through a contiguous buffer"));
+}
+
+void AddRuns(const std::vector<PageRun>& runs,
+             google::protobuf::RepeatedPtrField<wire::PageRun>* out) {
+  out->Reserve(static_cast<int>(runs.size()));
+  for (const PageRun& r : runs) {
+    wire::PageRun* w = out->Add();
+    w->set_length(r.length);
+    w->set_buffer_offset(r.buffer_offset);
+  }
+}
+
 }  // namespace
 
 absl::string_view TierKindName(TierKind t) {
@@ -89,6 +107,21 @@ struct Client::Impl {
   std::string endpoint;
   std::string session_id;
   std::string buffer_socket;  // HelloReply.buffer_socket: empty when none
+  // HelloReply.features has "page_runs": scattered pages are understood (a
+  // daemon without it would ignore them and copy whole pages).
+  bool page_runs = false;
+  // HelloReply.features has "deadline": buffer GETs and PUTs carry one, so
+  // the daemon touches no client memory after this client gave up a call.
+  bool deadline = false;
+  // A buffer transfer's deadline_ns (CLOCK_MONOTONIC, which steady_clock is
+  // on Linux): a tenth of the timeout before this client stops waiting, so a
+  // copy the daemon started in time has ended when the call returns.
+  uint64_t DeadlineNs() const {
+    if (!deadline) return 0;
+    const auto at = std::chrono::steady_clock::now() + timeout * 9 / 10;
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
+  }
   uint64_t next_id = 1;
   std::chrono::milliseconds timeout{10000};
   // Longest chain one LOOKUP may carry (HelloReply.max_keys_per_request).
@@ -301,6 +334,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   c->page_bytes_ = r.response.hello().page_bytes();
   c->layout_id_ = r.response.hello().layout_id();
   c->impl_->buffer_socket = r.response.hello().buffer_socket();
+  for (const std::string& f : r.response.hello().features())
+    if (f == "page_runs") c->impl_->page_runs = true;
+    else if (f == "deadline") c->impl_->deadline = true;
   if (uint32_t m = r.response.hello().max_keys_per_request(); m > 0) c->impl_->max_chain_keys = m;
   return c;
 }
@@ -427,12 +463,19 @@ absl::StatusOr<std::vector<TierKind>> Client::Get(absl::Span<const PageKey> keys
   g->set_keys(PackKeys(keys));
   g->set_buffer_id(buffer);
   g->mutable_offsets()->Add(offsets.begin(), offsets.end());
+  g->set_deadline_ns(impl_->DeadlineNs());
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
   return ToTiers(r.response.get().tiers());
 }
 
 absl::StatusOr<PutResult> Client::Put(absl::Span<const PageKey> keys, const PageKey& parent,
                                       BufferId buffer, absl::Span<const uint64_t> offsets) {
+  return Put(keys, parent, buffer, offsets, PutOptions{});
+}
+
+absl::StatusOr<PutResult> Client::Put(absl::Span<const PageKey> keys, const PageKey& parent,
+                                      BufferId buffer, absl::Span<const uint64_t> offsets,
+                                      const PutOptions& options) {
   if (keys.empty()) {
     RETURN_IF_ERROR(NoKeys("PUT", offsets.size()));
     return PutResult{};
@@ -441,8 +484,11 @@ absl::StatusOr<PutResult> Client::Put(absl::Span<const PageKey> keys, const Page
   auto* p = req.mutable_put();
   p->set_keys(PackKeys(keys));
   p->set_parent(std::string(reinterpret_cast<const char*>(parent.bytes.data()), kPageKeyBytes));
+  RETURN_IF_ERROR(CheckRunsSupported(impl_->page_runs, options.page_runs, "PUT"));
   p->set_buffer_id(buffer);
   p->mutable_offsets()->Add(offsets.begin(), offsets.end());
+  AddRuns(options.page_runs, p->mutable_page_runs());
+  p->set_deadline_ns(impl_->DeadlineNs());
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
   return ToPutResult(r.response.put());
 }
@@ -554,11 +600,14 @@ absl::StatusOr<Client::FlushResult> Client::Flush() {
 namespace {
 
 wire::Get* FillGet(wire::Request& req, absl::Span<const PageKey> keys, BufferId buffer,
-                   absl::Span<const uint64_t> offsets, const GetOptions& options) {
+                   absl::Span<const uint64_t> offsets, const GetOptions& options,
+                   uint64_t deadline_ns) {
   auto* g = req.mutable_get();
   g->set_keys(PackKeys(keys));
   g->set_buffer_id(buffer);
   g->mutable_offsets()->Add(offsets.begin(), offsets.end());
+  AddRuns(options.page_runs, g->mutable_page_runs());
+  g->set_deadline_ns(deadline_ns);
   g->set_policy(static_cast<wire::GetPolicy>(options.policy));
   if (options.policy == GetPolicy::kTimeout)
     g->set_timeout_ms(static_cast<uint32_t>(std::max<int64_t>(0, options.timeout.count())));
@@ -574,8 +623,9 @@ absl::StatusOr<std::vector<TierKind>> Client::Get(absl::Span<const PageKey> keys
     RETURN_IF_ERROR(NoKeys("GET", offsets.size()));
     return std::vector<TierKind>{};
   }
+  RETURN_IF_ERROR(CheckRunsSupported(impl_->page_runs, options.page_runs, "GET"));
   wire::Request req;
-  FillGet(req, keys, buffer, offsets, options);
+  FillGet(req, keys, buffer, offsets, options, impl_->DeadlineNs());
   ASSIGN_OR_RETURN(auto r, impl_->Call(req));
   return ToTiers(r.response.get().tiers());
 }
@@ -599,8 +649,9 @@ absl::StatusOr<std::vector<TierKind>> Client::GetLayers(
     for (; delivered < upto; ++delivered)
       if (on_layer) on_layer(delivered);
   };
+  RETURN_IF_ERROR(CheckRunsSupported(impl_->page_runs, options.page_runs, "GET"));
   wire::Request req;
-  wire::Get* g = FillGet(req, keys, buffer, offsets, options);
+  wire::Get* g = FillGet(req, keys, buffer, offsets, options, impl_->DeadlineNs());
   g->set_layerwise(true);
   g->set_layer_progress_offset(progress_offset);
   ASSIGN_OR_RETURN(auto r, impl_->Call(req, {}, [&] {

@@ -5,11 +5,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "kvtier/status_macros.h"
 
 namespace kvtier {
 
@@ -36,6 +38,64 @@ absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(uint64_t size, std:
     return absl::ResourceExhaustedError(absl::StrCat("mmap(", name, "): ", strerror(err)));
   }
   return std::unique_ptr<ShmBuffer>(new ShmBuffer(name, fd, static_cast<uint8_t*>(p), size));
+}
+
+absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Share(absl::Span<const Region> regions,
+                                                            std::vector<SharedRange>* shared) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  std::vector<SharedRange> out(regions.size());
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end) of each region
+  uint64_t total = 0;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const auto a = reinterpret_cast<uint64_t>(regions[i].address);
+    if (regions[i].address == nullptr || regions[i].size == 0 || a + regions[i].size < a)
+      return absl::InvalidArgumentError(absl::StrCat("ShmBuffer::Share: region ", i, " is empty"));
+    spans.emplace_back(a, a + regions[i].size);
+    const uint64_t begin = (a + page - 1) / page * page, end = (a + regions[i].size) / page * page;
+    if (end > begin) out[i] = SharedRange{begin, end - begin, total};
+    total += out[i].size;
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].first < spans[i - 1].second)
+      return absl::InvalidArgumentError("ShmBuffer::Share: two regions overlap");
+  if (total == 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShmBuffer::Share: no region holds a whole ", page, "-byte page"));
+  ASSIGN_OR_RETURN(std::unique_ptr<ShmBuffer> buf, Create(total));
+  for (const SharedRange& r : out) {
+    if (r.size == 0) continue;
+    auto* at = reinterpret_cast<void*>(r.address);
+    std::memcpy(buf->data_ + r.offset, at, r.size);
+    if (mmap(at, r.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, buf->fd_,
+             static_cast<off_t>(r.offset)) == MAP_FAILED)
+      // The regions remapped so far hold the same bytes as before: still
+      // the caller's memory, only shared with an unlinked object.
+      return absl::InternalError(absl::StrCat("ShmBuffer::Share: mmap over ", r.size,
+                                              " bytes at ", r.address, ": ", strerror(errno)));
+  }
+  *shared = std::move(out);
+  return buf;
+}
+
+absl::Status ShmBuffer::Unshare(absl::Span<const SharedRange> shared) {
+  for (const SharedRange& r : shared) {
+    if (r.size == 0) continue;
+    // A private copy elsewhere, moved over the shared pages in one step.
+    void* copy = mmap(nullptr, r.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("ShmBuffer::Unshare: mmap of ", r.size, " bytes: ", strerror(errno)));
+    std::memcpy(copy, reinterpret_cast<const void*>(r.address), r.size);
+    if (mremap(copy, r.size, r.size, MREMAP_MAYMOVE | MREMAP_FIXED,
+               reinterpret_cast<void*>(r.address)) == MAP_FAILED) {
+      const int err = errno;
+      munmap(copy, r.size);
+      return absl::InternalError(absl::StrCat("ShmBuffer::Unshare: mremap over ", r.size,
+                                              " bytes at ", r.address, ": ", strerror(err)));
+    }
+  }
+  return absl::OkStatus();
 }
 
 ShmBuffer::~ShmBuffer() {

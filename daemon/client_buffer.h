@@ -71,6 +71,12 @@ class ClientBuffer {
   // Every byte below `end` has been touched through the daemon's mapping
   // (BufferWarmer, in order from 0): later copies there use the mapping.
   void MarkWarm(uint64_t end);
+  // Whether Write copies into [0, end) go through the mapping (warm, or no
+  // usable descriptor): then a caller may copy there itself under GuardedRun.
+  bool MappedWrites(uint64_t end) const {
+    return fd_ < 0 || end <= warm_end_.load(std::memory_order_acquire) ||
+           !fd_usable_.load(std::memory_order_relaxed);
+  }
   uint64_t warm_bytes() const { return warm_end_.load(std::memory_order_acquire); }
   // Whether copies above the warm mark can use the descriptor (tests).
   bool writes_through_fd() const { return fd_ >= 0 && fd_usable_.load(std::memory_order_relaxed); }

@@ -57,10 +57,10 @@ tiers::LayerReadStats ReadLayersForGet(tiers::TierManager& store, prefetch::Pref
 std::shared_ptr<GetTransfer> DataPath::PlanGet(tiers::NamespaceId ns,
                                                absl::Span<const PageKey> keys, uint64_t page_bytes,
                                                std::shared_ptr<ClientBuffer> buffer,
-                                               std::vector<uint64_t> offsets) const {
+                                               PagePlacement place) const {
   auto t = std::make_shared<GetTransfer>();
   t->buffer = std::move(buffer);
-  t->offsets = std::move(offsets);
+  t->place = std::move(place);
   t->page_bytes = page_bytes;
   t->tiers.assign(keys.size(), '\0');
   t->pins.resize(keys.size());
@@ -78,7 +78,7 @@ std::shared_ptr<GetTransfer> DataPath::PlanGet(tiers::NamespaceId ns,
 void DataPath::CopyGet(GetTransfer& t, size_t begin, size_t end) const {
   if (t.buffer->on_device()) {
     absl::Status st = DeviceGet(*store_, hbm_, prefetcher_, *t.buffer, absl::MakeSpan(t.pins),
-                                t.offsets, t.tiers, begin, end);
+                                t.place.offsets(), t.tiers, begin, end);
     if (!st.ok()) t.error.Set(st);
     return;
   }
@@ -94,7 +94,12 @@ void DataPath::CopyGet(GetTransfer& t, size_t begin, size_t end) const {
       t.error.Set(src.status());
       return;
     }
-    if (!t.buffer->Write(t.offsets[i], *src, t.page_bytes)) t.fault = true;
+    if (absl::Status late = t.place.CheckDeadline("GET"); !late.ok()) {
+      t.tiers[i] = 0;  // the client gave up: its memory is its own again
+      t.error.Set(late);
+      return;
+    }
+    if (!t.place.Write(*t.buffer, i, 0, *src, t.page_bytes)) t.fault = true;
   };
   ReadPagesForGet(*store_, prefetcher_, absl::MakeSpan(t.pins).subspan(begin, end - begin), copy);
 }
@@ -107,11 +112,11 @@ absl::Status DataPath::FinishGet(GetTransfer& t) const {
 
 absl::StatusOr<std::shared_ptr<PutTransfer>> DataPath::PlanPut(
     tiers::NamespaceId ns, absl::Span<const PageKey> keys, const PageKey& parent,
-    uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer, std::vector<uint64_t> offsets,
+    uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer, PagePlacement place,
     std::vector<const uint8_t*> pages) const {
   auto t = std::make_shared<PutTransfer>();
   t->buffer = std::move(buffer);
-  t->offsets = std::move(offsets);
+  t->place = std::move(place);
   t->pages = std::move(pages);
   t->page_bytes = page_bytes;
   t->status.assign(keys.size(), wire::PUT_PAGE_NO_ROOM);
@@ -145,14 +150,36 @@ absl::StatusOr<std::shared_ptr<PutTransfer>> DataPath::PlanPut(
 void DataPath::FillPut(PutTransfer& t, size_t begin, size_t end) const {
   if (t.buffer && t.buffer->on_device()) {
     absl::Status st = DevicePut(hbm_, *t.buffer, absl::MakeSpan(t.reservations), t.key_index,
-                                t.offsets, begin, end);
+                                t.place.offsets(), begin, end);
     if (!st.ok()) t.error.Set(st);
     return;
   }
   for (size_t r = begin; r < end; ++r) {
-    const uint8_t* src = t.Source(t.key_index[r]);
-    absl::Status st;
-    if (!GuardedRun([&] { st = t.reservations[r].Fill(src); })) t.fault = true;
+    const size_t key = t.key_index[r];
+    tiers::Reservation& res = t.reservations[r];
+    absl::Status st = t.buffer ? t.place.CheckDeadline("PUT") : absl::OkStatus();
+    if (!st.ok()) {  // nothing more is read; FinishPut stores nothing
+      t.error.Set(st);
+      return;
+    }
+    if (const uint8_t* src = t.Source(key)) {
+      if (!GuardedRun([&] { st = res.Fill(src); })) t.fault = true;
+    } else if (uint8_t* slot = res.data(); slot != nullptr && !res.NeedsHostBytes()) {
+      // A scattered page into a RAM slot: gathered straight into it (one copy).
+      if (!GuardedRun([&] { t.place.Gather(*t.buffer, key, slot, t.page_bytes); }))
+        t.fault = true;
+      else
+        st = res.MarkFilled();
+    } else {
+      // A page that also needs its bytes whole (a checksum, a second copy):
+      // gathered once into this worker's page, then filled from there.
+      thread_local std::vector<uint8_t> page;
+      page.resize(t.page_bytes);
+      if (!GuardedRun([&] { t.place.Gather(*t.buffer, key, page.data(), t.page_bytes); }))
+        t.fault = true;
+      else
+        st = res.Fill(page.data());
+    }
     if (!st.ok()) t.error.Set(st);
   }
 }

@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "daemon/client_buffer.h"
 #include "daemon/copy_engine.h"
+#include "daemon/page_placement.h"
 #include "kvtier.pb.h"
 #include "kvtier/page_key.h"
 #include "prefetch/prefetcher.h"
@@ -29,7 +30,7 @@ namespace kvtier::daemon {
 // reply: each key's tier, 0 for a miss) is updated by the copy.
 struct GetTransfer {
   std::shared_ptr<ClientBuffer> buffer;
-  std::vector<uint64_t> offsets;
+  PagePlacement place;  // where each key's page goes in `buffer`
   uint64_t page_bytes = 0;
   std::vector<tiers::PagePin> pins;  // invalid where the key missed
   std::string tiers;
@@ -40,7 +41,7 @@ struct GetTransfer {
 // A PUT from a registered buffer or from inline pages.
 struct PutTransfer {
   std::shared_ptr<ClientBuffer> buffer;  // null: `pages` holds the bytes
-  std::vector<uint64_t> offsets;         // per key, into `buffer`
+  PagePlacement place;                   // where each key's page is in `buffer`
   std::vector<const uint8_t*> pages;     // per key, inline (owned by the caller)
   uint64_t page_bytes = 0;
   std::vector<tiers::Reservation> reservations;
@@ -56,8 +57,10 @@ struct PutTransfer {
   std::vector<uint8_t> status;
   std::atomic<bool> fault{false};
   FirstError error;
+  // Key's bytes in one piece: inline, or a contiguous page of the buffer;
+  // nullptr for a scattered page (FillPut gathers it).
   const uint8_t* Source(size_t key) const {
-    return buffer ? buffer->data() + offsets[key] : pages[key];
+    return buffer ? place.Contiguous(*buffer, key) : pages[key];
   }
 };
 
@@ -77,10 +80,10 @@ class DataPath {
       : store_(store), hbm_(hbm), prefetcher_(prefetcher) {}
 
   // Frontend: pins every present page of `page_bytes` (a page of another
-  // layout is a miss). Offsets are checked by the caller.
+  // layout is a miss). The placement is checked by the caller.
   std::shared_ptr<GetTransfer> PlanGet(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
                                        uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer,
-                                       std::vector<uint64_t> offsets) const;
+                                       PagePlacement place) const;
   // Copy worker: pages [begin, end) into the buffer (reads and verifies
   // pages below RAM; a page that fails its checksum becomes a miss).
   void CopyGet(GetTransfer& t, size_t begin, size_t end) const;
@@ -89,11 +92,11 @@ class DataPath {
 
   // Frontend: reserves the chain's pages (dedup, in-flight claims, quota;
   // never disk I/O), stopping at the first page with no room. Exactly one of
-  // `buffer` (+ offsets) and `pages` is given. ResourceExhausted when nothing
-  // at all could be stored or deduplicated.
+  // `buffer` (+ placement) and `pages` is given. ResourceExhausted when
+  // nothing at all could be stored or deduplicated.
   absl::StatusOr<std::shared_ptr<PutTransfer>> PlanPut(
       tiers::NamespaceId ns, absl::Span<const PageKey> keys, const PageKey& parent,
-      uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer, std::vector<uint64_t> offsets,
+      uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer, PagePlacement place,
       std::vector<const uint8_t*> pages) const;
   // Copy worker: fills reservations [begin, end).
   void FillPut(PutTransfer& t, size_t begin, size_t end) const;

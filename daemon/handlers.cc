@@ -88,6 +88,8 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleHello(const std::string& routing_id,
   hr->set_layout_id(layout ? layout->Id() : 0);
   hr->set_max_keys_per_request(kMaxKeysPerRequest);
   if (fd_inbox_) hr->set_buffer_socket(fd_inbox_->path());
+  hr->add_features("page_runs");
+  hr->add_features("deadline");
   return reply;
 }
 

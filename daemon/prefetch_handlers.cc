@@ -21,7 +21,7 @@ struct PolicyGet {
   std::shared_ptr<ClientBuffer> buffer;
   tiers::NamespaceId ns = 0;
   std::vector<PageKey> keys;
-  std::vector<uint64_t> offsets;
+  PagePlacement place;  // where each key's page goes in `buffer`
   uint64_t page_bytes = 0, layer_bytes = 0;
   uint32_t layers = 0;
   wire::GetPolicy policy = wire::GET_WAIT_COMPLETE;
@@ -51,23 +51,13 @@ constexpr absl::Duration kMaxDemandWait = absl::Seconds(30);
 
 absl::Status CheckGetRanges(const PolicyGet& job) {
   const ClientBuffer& b = *job.buffer;
-  for (size_t i = 0; i < job.offsets.size(); ++i) {
-    absl::Status st = b.CheckRange(job.offsets[i], job.page_bytes);
-    if (!st.ok())
-      return absl::OutOfRangeError(absl::StrCat("GET: page ", i, " at offset ", job.offsets[i],
-                                                ": ", st.message()));
-  }
+  RETURN_IF_ERROR(job.place.Check("GET", b, job.page_bytes));
   if (!job.layerwise) return absl::OkStatus();
   const uint64_t p = job.progress_offset;
   if (!b.CheckRange(p, 8).ok())
     return absl::OutOfRangeError(absl::StrCat("GET: layer_progress_offset ", p,
                                               " + 8 lies outside the ", b.size(), "-byte buffer"));
-  for (size_t i = 0; i < job.offsets.size(); ++i)
-    if (p < job.offsets[i] + job.page_bytes && job.offsets[i] < p + 8)
-      return absl::InvalidArgumentError(absl::StrCat("GET: layer_progress_offset ", p,
-                                                     " overlaps page ", i, " at offset ",
-                                                     job.offsets[i]));
-  return absl::OkStatus();
+  return job.place.CheckDisjoint("GET: layer_progress_offset", p, 8, job.page_bytes);
 }
 
 // Reads pages [begin, end), every read below RAM in flight at once, and
@@ -102,7 +92,11 @@ class LayerCopy final : public tiers::LayerSink {
         progress_(*reinterpret_cast<uint64_t*>(base_ + job.progress_offset)) {}
   void Layer(size_t i, uint32_t l, const uint8_t* bytes) override {
     const uint64_t at = uint64_t{l} * job_.layer_bytes;
-    if (!job_.fault && !job_.buffer->Write(job_.offsets[begin_ + i] + at, bytes, job_.layer_bytes))
+    if (absl::Status late = job_.place.CheckDeadline("GET"); !late.ok()) {
+      PageFailed(i, std::move(late));
+      return;
+    }
+    if (!job_.fault && !job_.place.Write(*job_.buffer, begin_ + i, at, bytes, job_.layer_bytes))
       job_.fault = true;
   }
   // This part delivered layer l; the counter covers the layers every part
@@ -152,7 +146,12 @@ void CopyLayers(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& st
 void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
                prefetch::Prefetcher& pf) {
   ReadRange(job, begin, end, store, pf, [&](size_t i, const uint8_t* src) {
-    if (!job.buffer->Write(job.offsets[i], src, job.page_bytes)) job.fault = true;
+    if (absl::Status late = job.place.CheckDeadline("GET"); !late.ok()) {
+      job.tiers[i] = 0;
+      job.Fail(std::move(late));
+      return;
+    }
+    if (!job.place.Write(*job.buffer, i, 0, src, job.page_bytes)) job.fault = true;
   });
 }
 
@@ -232,7 +231,10 @@ absl::Status Daemon::SubmitPolicyGet(Session& s, const DecodedRequest& d,
   job->routing_id = routing_id;
   job->ns = s.ns;
   job->keys = d.keys;
-  job->offsets.assign(g.offsets().begin(), g.offsets().end());
+  job->place = PagePlacement(std::vector<uint64_t>(g.offsets().begin(), g.offsets().end()),
+                             g.page_runs());
+  job->place.set_deadline_ns(g.deadline_ns());
+  RETURN_IF_ERROR(job->place.CheckDeadline("GET"));
   job->page_bytes = s.page_bytes;
   job->layer_bytes = s.layout->LayerBytes();
   job->layers = s.layout->layers;

@@ -112,6 +112,22 @@ absl::Status CheckRegister(const wire::RegisterBuffer& r) {
   return absl::OkStatus();
 }
 
+// Get/Put.page_runs: shape only (the session checks them against its page
+// size and the buffer). Lengths are bounded so their sum cannot overflow.
+absl::Status CheckPageRuns(absl::string_view op, uint32_t buffer_id,
+                           const google::protobuf::RepeatedPtrField<wire::PageRun>& runs) {
+  if (runs.empty()) return absl::OkStatus();
+  if (buffer_id == 0)
+    return Invalid(absl::StrCat(op, ": page_runs given without a buffer_id (inline pages are whole)"));
+  if (static_cast<size_t>(runs.size()) > kMaxPageRuns)
+    return Invalid(absl::StrCat(op, ": ", runs.size(), " page_runs, at most ", kMaxPageRuns));
+  for (int j = 0; j < runs.size(); ++j)
+    if (runs[j].length() == 0 || runs[j].length() > (uint64_t{1} << 40))
+      return Invalid(absl::StrCat(op, ": page run ", j, " has length ", runs[j].length(),
+                                  "; a run is 1 byte to 1 TiB"));
+  return absl::OkStatus();
+}
+
 // GET/PUT: either a registered buffer with one offset per key, or inline.
 absl::Status CheckTransfer(absl::string_view op, uint32_t buffer_id, int offsets, size_t keys,
                            size_t payloads, bool inline_payloads_expected) {
@@ -173,6 +189,7 @@ absl::Status DecodeBody(DecodedRequest& d, absl::Span<const absl::string_view> p
     case wire::Request::kGet: {
       ASSIGN_OR_RETURN(d.keys, DecodeKeys(r.get().keys(), "GET"));
       RETURN_IF_ERROR(CheckGetPolicy(r.get()));
+      RETURN_IF_ERROR(CheckPageRuns("GET", r.get().buffer_id(), r.get().page_runs()));
       return CheckTransfer("GET", r.get().buffer_id(), r.get().offsets_size(), d.keys.size(),
                            payloads.size(), false);
     }
@@ -189,6 +206,7 @@ absl::Status DecodeBody(DecodedRequest& d, absl::Span<const absl::string_view> p
       if (!parent.empty() && parent.size() != kPageKeyBytes)
         return Invalid(absl::StrCat("PUT: parent key is ", parent.size(), " bytes, want 0 or 16"));
       if (!parent.empty()) d.parent = PageKey::FromBytes(parent.data());
+      RETURN_IF_ERROR(CheckPageRuns("PUT", r.put().buffer_id(), r.put().page_runs()));
       RETURN_IF_ERROR(CheckTransfer("PUT", r.put().buffer_id(), r.put().offsets_size(),
                                     d.keys.size(), payloads.size(), true));
       d.payloads.assign(payloads.begin(), payloads.end());

@@ -19,6 +19,10 @@ namespace kvtier::daemon {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr size_t kMaxKeysPerRequest = 4096;
+// Runs of a scattered page (Get/Put.page_runs): an engine's page is many
+// runs per layer and head (vLLM: one per token, head, K/V and layer, 8192
+// for a 16-token page of an 8-head, 32-layer model).
+inline constexpr size_t kMaxPageRuns = 65536;
 // A batched LOOKUP (Lookup.chain_lengths): chains of up to kMaxKeysPerRequest
 // keys each, within these totals (the wire schema's LookupBatchLimit).
 inline constexpr size_t kMaxLookupBatchChains = wire::LOOKUP_BATCH_MAX_CHAINS;

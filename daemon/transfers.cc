@@ -11,16 +11,21 @@
 namespace kvtier::daemon {
 namespace {
 
-absl::Status CheckOffsets(absl::string_view op, const ClientBuffer& buffer,
-                          const google::protobuf::RepeatedField<uint64_t>& offsets,
-                          uint64_t page_bytes) {
-  for (int i = 0; i < offsets.size(); ++i) {
-    absl::Status st = buffer.CheckRange(offsets[i], page_bytes);
-    if (!st.ok())
-      return absl::OutOfRangeError(absl::StrCat(op, ": page ", i, " at offset ", offsets[i], ": ",
-                                                st.message()));
-  }
-  return absl::OkStatus();
+// The placement a GET or PUT names (offsets, and runs for scattered pages),
+// checked against the buffer and the session's page size.
+template <typename Msg>
+absl::StatusOr<PagePlacement> Placement(absl::string_view op, const ClientBuffer& buffer,
+                                        const Msg& m, uint64_t page_bytes) {
+  PagePlacement place(std::vector<uint64_t>(m.offsets().begin(), m.offsets().end()),
+                      m.page_runs());
+  place.set_deadline_ns(m.deadline_ns());
+  RETURN_IF_ERROR(place.CheckDeadline(op));  // e.g. queued while the daemon was stopped
+  if (place.scattered() && buffer.on_device())
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, ": page_runs need a shm buffer; buffer '", buffer.name(),
+        "' is GPU memory (scattered pages there are not supported yet)"));
+  RETURN_IF_ERROR(place.Check(op, buffer, page_bytes));
+  return place;
 }
 
 }  // namespace
@@ -31,10 +36,9 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   if (UsesPrefetchPath(s, d)) return SubmitPolicyGet(s, d, routing_id);
   const wire::Get& g = d.request.get();
   ASSIGN_OR_RETURN(auto buffer, FindBuffer(s, g.buffer_id(), "GET"));
-  RETURN_IF_ERROR(CheckOffsets("GET", *buffer, g.offsets(), s.page_bytes));
+  ASSIGN_OR_RETURN(PagePlacement place, Placement("GET", *buffer, g, s.page_bytes));
   std::shared_ptr<GetTransfer> t =
-      data_->PlanGet(s.ns, d.keys, s.page_bytes, std::move(buffer),
-                     std::vector<uint64_t>(g.offsets().begin(), g.offsets().end()));
+      data_->PlanGet(s.ns, d.keys, s.page_bytes, std::move(buffer), std::move(place));
   ReportFetchedAsRemote(d.keys, t->tiers);
   const DataPath* data = data_.get();
   std::vector<CopyEngine::Part> parts;
@@ -64,12 +68,11 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
   if (!s.layout) return absl::FailedPreconditionError("PUT: the session declared no layout");
   const wire::Put& p = d.request.put();
   std::shared_ptr<ClientBuffer> buffer;
-  std::vector<uint64_t> offsets;
+  PagePlacement place;
   std::vector<const uint8_t*> pages;
   if (p.buffer_id() != 0) {
     ASSIGN_OR_RETURN(buffer, FindBuffer(s, p.buffer_id(), "PUT"));
-    RETURN_IF_ERROR(CheckOffsets("PUT", *buffer, p.offsets(), s.page_bytes));
-    offsets.assign(p.offsets().begin(), p.offsets().end());
+    ASSIGN_OR_RETURN(place, Placement("PUT", *buffer, p, s.page_bytes));
   } else {
     for (size_t i = 0; i < d.payloads.size(); ++i) {
       if (d.payloads[i].size() != s.page_bytes)
@@ -81,7 +84,7 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
   }
   ASSIGN_OR_RETURN(std::shared_ptr<PutTransfer> t,
                    data_->PlanPut(s.ns, d.keys, d.parent, s.page_bytes, std::move(buffer),
-                                  std::move(offsets), std::move(pages)));
+                                  std::move(place), std::move(pages)));
   // Inline pages point into the request's frames: they live until the reply.
   auto owned = std::make_shared<Frames>(p.buffer_id() == 0 ? std::move(frames) : Frames());
   const DataPath* data = data_.get();

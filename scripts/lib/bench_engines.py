@@ -124,14 +124,17 @@ def bench_vllm(args):
 
         cfg = sim_vllm_config(layers=L, kv_heads=H, head_dim=D, block_size=BS,
                               dtype=torch.float16,
-                              extra=dict(endpoint=args.endpoint, timeout_ms=60000))
+                              extra=dict(endpoint=args.endpoint, timeout_ms=60000,
+                                         direct=bool(args.vllm_direct)))
         sim = Sim(cfg, engine, num_blocks=blocks)
         page_bytes = sim.work.worker.mover.kv.layout.page_bytes
         nbytes = blocks * page_bytes
+        mover = sim.work.worker.mover
         print(f"vllm: {N} tokens = {blocks} pages of {page_bytes / MiB:.0f} MiB "
               f"({nbytes / MiB:.0f} MiB), KV tensors {tuple(next(iter(sim.kv.values())).shape)} "
               f"x {L} layers, staging_pages {sim.work.worker.cfg.staging_pages}, "
-              f"torch threads {torch.get_num_threads()}")
+              f"torch threads {torch.get_num_threads()}, "
+              f"{'in place (' + str(len(mover.direct.runs)) + ' runs a page)' if mover.direct else 'staged'}")
         g = torch.Generator().manual_seed(5)
         for t in sim.kv.values():
             t.view(torch.int16).copy_(torch.randint(-30000, 30000, t.shape, generator=g,
@@ -390,6 +393,9 @@ def main():
     p.add_argument("--vllm_tokens", type=int, default=4096)
     p.add_argument("--vllm_threads", type=int, default=0,
                    help="torch threads of the vllm section (0: torch's default)")
+    p.add_argument("--vllm_direct", type=int, default=1,
+                   help="1: the connector's default, KV caches shared in place (one copy); "
+                        "0: through the staging buffers")
     p.add_argument("--sglang_tokens", type=int, default=4096)
     p.add_argument("--sglang_page", type=int, default=64)
     p.add_argument("--model", help="checkpoint directory (model section)")

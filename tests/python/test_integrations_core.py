@@ -1,6 +1,6 @@
 # The engine-agnostic core of kvtier's connectors (kvtier.integrations.core
-# and .paging): block tables <-> page-first pages checked against the layout
-# written out element by element, keys from engine hashes, leased lookups, and
+# and .paging): block tables <-> block-major engine pages checked against the
+# format written out element by element (paging.py's header), keys from engine hashes, leased lookups, and
 # page moves against a real kvtierd, including a daemon that stops or dies.
 import signal
 import threading
@@ -26,14 +26,15 @@ def layers(n=3, blocks=12, dtype=torch.float16, seed=0):
 
 
 def reference_page(tensors, blocks):
-    """docs/PROTOCOL.md's page, element by element: layer | K,V | head | token | dim."""
-    tpp = len(blocks) * BS
-    page = torch.empty(len(tensors), 2, H, tpp, D, dtype=tensors[0].dtype)
+    """paging.py's engine page, element by element: layer | block | K,V |
+    token | head | dim, from (2, num_blocks, block_size, heads, dim) tensors."""
+    page = torch.empty(len(tensors), len(blocks), 2, BS, H, D, dtype=tensors[0].dtype)
     for l, t in enumerate(tensors):
-        for kv in range(2):
-            for h in range(H):
-                for tok in range(tpp):
-                    page[l, kv, h, tok] = t[kv, blocks[tok // BS], tok % BS, h]
+        for j, b in enumerate(blocks):
+            for kv in range(2):
+                for tok in range(BS):
+                    for h in range(H):
+                        page[l, j, kv, tok, h] = t[kv, b, tok, h]
     return page
 
 
@@ -61,7 +62,7 @@ def test_gather_matches_the_page_layout_and_scatter_inverts_it(dtype, k):
 def test_scatter_skips_leading_blocks_and_short_pages():
     src, dst = layers(), layers(seed=1)
     before = [t.clone() for t in dst]
-    staging = torch.zeros(2, 3, 2, H, 2 * BS, D, dtype=torch.float16)
+    staging = torch.zeros(2, 3, 2, 2, BS, H, D, dtype=torch.float16)
     PagedKv(src, blocks_per_page=2).gather([[1, 2], [3, 4]], staging, [0, 1])
     # page 0: block 1 already computed (skip 1); page 1: only its first block allocated
     PagedKv(dst, blocks_per_page=2).scatter(staging, [0, 1], [[5, 6], [7]], skips=[1, 0])
@@ -73,7 +74,7 @@ def test_scatter_skips_leading_blocks_and_short_pages():
 def test_other_dim_orders_give_the_same_pages():
     src = layers()
     hnd = [t.permute(0, 1, 3, 2, 4).contiguous() for t in src]  # (2, blocks, heads, block, dim)
-    a, b = torch.zeros(1, 3, 2, H, BS, D).half(), torch.zeros(1, 3, 2, H, BS, D).half()
+    a, b = torch.zeros(1, 3, 1, 2, BS, H, D).half(), torch.zeros(1, 3, 1, 2, BS, H, D).half()
     PagedKv(src, "2BTHD").gather([[4]], a, [0])
     PagedKv(hnd, "2BHTD").gather([[4]], b, [0])
     assert torch.equal(a, b)
@@ -95,7 +96,7 @@ def test_hostile_tensors_and_block_ids():
         PagedKv([good[0], "layer"])
     with pytest.raises(ValueError, match="size 2"):
         PagedKv([torch.zeros(3, 4, BS, H, D).half()])
-    kv, staging = PagedKv(good), torch.zeros(2, 3, 2, H, BS, D).half()
+    kv, staging = PagedKv(good), torch.zeros(2, 3, 1, 2, BS, H, D).half()
     for bad in ([[12]], [[-1]], [[True]], [[1.0]], [[1, 2]]):
         with pytest.raises(ValueError):
             kv.gather(bad, staging, [0])

@@ -101,6 +101,36 @@ def test_shared_prefix_loads_the_exact_bytes_the_first_request_saved(kvtierd, dt
         sim.close()
 
 
+@pytest.mark.parametrize("save_direct,load_direct", [(True, True), (True, False),
+                                                     (False, True)])
+def test_cpu_kv_caches_move_in_place_and_make_the_same_pages_as_staging(kvtierd, save_direct,
+                                                                        load_direct):
+    """CPU KV caches are shared with the daemon where they are (direct): pages
+    move between the daemon and the blocks in one copy (docs/PROTOCOL.md,
+    "Scattered pages"), and are the very pages the staging path makes, so
+    engines of either kind share them."""
+    saver = make_sim(kvtierd, direct=save_direct)
+    try:
+        assert (saver.work.worker.mover.direct is not None) == save_direct
+        run_prompt(saver, "A", PROMPT)
+        assert saver.work.worker.stats["pages_saved"] == 6
+        assert (saver.work.worker.mover.direct_moved > 0) == save_direct
+    finally:
+        saver.close()
+    loader = make_sim(kvtierd, direct=load_direct)
+    try:
+        outs = run_prompt(loader, "B", SHARED)
+        assert [o["matched"].get("B") for o in outs if o["matched"].get("B")] == [80]
+        assert min(loader.computed["B"]) == 80
+        for layer in range(4):
+            assert torch.equal(loader.tokens_kv("B", layer, 0, 110),
+                               loader.expected_kv("B", layer, 0, 110))
+        assert loader.work.worker.stats["pages_load_failed"] == 0
+        assert (loader.work.worker.mover.direct_moved > 0) == load_direct
+    finally:
+        loader.close()
+
+
 def test_pending_lookup_is_none_then_a_count_that_leaves_one_token(kvtierd):
     sim = make_sim(kvtierd)
     try:

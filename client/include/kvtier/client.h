@@ -101,9 +101,21 @@ enum class GetPolicy : uint8_t {
   kBestEffort = 1,    // only pages in RAM now; the rest come back kNone (and get promoted)
   kTimeout = 2,       // wait up to `timeout` for their promotion, then best effort
 };
+// One run of a scattered page (docs/PROTOCOL.md, "Scattered pages"): the
+// page's next `length` bytes lie at the key's offset + `buffer_offset`.
+// Runs are given in page order and cover the page exactly; every key of a
+// request is cut the same way (e.g. an engine's K and V block of each layer).
+struct PageRun {
+  uint64_t length = 0;
+  uint64_t buffer_offset = 0;
+};
 struct GetOptions {
   GetPolicy policy = GetPolicy::kWaitComplete;
   std::chrono::milliseconds timeout{0};  // kTimeout only
+  std::vector<PageRun> page_runs;        // empty: each page whole at its offset
+};
+struct PutOptions {
+  std::vector<PageRun> page_runs;  // empty: each page whole at its offset
 };
 
 // A PREFETCH hint: promote these pages to `target` soon.
@@ -216,6 +228,10 @@ class Client {
   // `parent` (zero for a prompt's first page); keys[i]'s parent is keys[i-1].
   absl::StatusOr<PutResult> Put(absl::Span<const PageKey> keys, const PageKey& parent,
                                 BufferId buffer, absl::Span<const uint64_t> offsets);
+  // The same for scattered pages (options.page_runs).
+  absl::StatusOr<PutResult> Put(absl::Span<const PageKey> keys, const PageKey& parent,
+                                BufferId buffer, absl::Span<const uint64_t> offsets,
+                                const PutOptions& options);
 
   // Remote-client forms: page bytes travel inline in the messages.
   // GetInline returns one entry per key, empty for a miss.

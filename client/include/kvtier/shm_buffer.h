@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace kvtier {
 
@@ -15,6 +17,34 @@ class ShmBuffer {
  public:
   // Creates "/kvtier-client-<pid>-<n>" (or `name`) of `size` bytes, mode 0600.
   static absl::StatusOr<std::unique_ptr<ShmBuffer>> Create(uint64_t size, std::string name = "");
+
+  // Memory the process already holds (an engine's KV cache tensors), made
+  // registrable without moving it: the whole pages inside each region are
+  // copied into a new object, which is then mapped over them at the same
+  // addresses (MAP_FIXED), so pointers into them stay valid and now point at
+  // memory the daemon can map. The partial pages at a region's ends stay
+  // private (other allocations may share them). Call it before other threads
+  // write the regions: a write between the copy and the remap is lost.
+  // The remapped memory stays the caller's after the ShmBuffer is gone.
+  struct Region {
+    const void* address = nullptr;
+    uint64_t size = 0;
+  };
+  struct SharedRange {
+    uint64_t address = 0;  // first shared byte of the region (page-aligned)
+    uint64_t size = 0;     // 0 when the region holds no whole page
+    uint64_t offset = 0;   // where those bytes are in the buffer
+  };
+  // One SharedRange per region, in order. InvalidArgument for empty or
+  // overlapping regions.
+  static absl::StatusOr<std::unique_ptr<ShmBuffer>> Share(absl::Span<const Region> regions,
+                                                          std::vector<SharedRange>* shared);
+  // Undoes Share: each range becomes private memory again holding the same
+  // bytes (moved, not copied twice). Call it once the daemon no longer uses
+  // the buffer and before the memory is freed: an allocator that reuses
+  // freed memory assumes what it gets back from the kernel is private (and
+  // zeroed where it trimmed it), which shared pages are not.
+  static absl::Status Unshare(absl::Span<const SharedRange> shared);
   ~ShmBuffer();
   ShmBuffer(const ShmBuffer&) = delete;
   ShmBuffer& operator=(const ShmBuffer&) = delete;

@@ -29,6 +29,10 @@ PyShmBuffer::PyShmBuffer(uint64_t size, const std::string& name) {
   Registry()[reinterpret_cast<uintptr_t>(buf_->data())] = this;
 }
 
+PyShmBuffer::PyShmBuffer(std::unique_ptr<ShmBuffer> buf) : buf_(std::move(buf)) {
+  Registry()[reinterpret_cast<uintptr_t>(buf_->data())] = this;
+}
+
 PyShmBuffer::~PyShmBuffer() { Registry().erase(reinterpret_cast<uintptr_t>(buf_->data())); }
 
 py::object FindShmBuffer(uintptr_t address, uint64_t size) {
@@ -59,6 +63,51 @@ void BindBuffers(py::module_& m) {
              return std::make_unique<PyShmBuffer>(static_cast<uint64_t>(size), n);
            }),
            py::arg("size"), py::arg("name") = py::none())
+      .def_static(
+          "share",
+          [](const py::sequence& regions) {
+            std::vector<ShmBuffer::Region> rs;
+            for (py::handle r : regions) {
+              auto pair = r.cast<std::pair<uint64_t, uint64_t>>();
+              rs.push_back({reinterpret_cast<const void*>(pair.first), pair.second});
+            }
+            std::vector<ShmBuffer::SharedRange> shared;
+            absl::StatusOr<std::unique_ptr<ShmBuffer>> b;
+            {
+              py::gil_scoped_release nogil;
+              b = ShmBuffer::Share(rs, &shared);
+            }
+            auto buf = std::make_unique<PyShmBuffer>(Check(std::move(b)));
+            py::list ranges;
+            for (const auto& s : shared) ranges.append(py::make_tuple(s.address, s.size, s.offset));
+            return py::make_tuple(std::move(buf), ranges);
+          },
+          py::arg("regions"),
+          "Makes memory this process already holds registrable in place: regions is "
+          "[(address, size), ...] (e.g. an engine's KV tensors). The whole pages inside each "
+          "are copied into a new shared-memory object mapped over them at the same addresses. "
+          "Returns (ShmBuffer, [(address, size, offset), ...]): per region, the shared bytes and "
+          "where they are in the buffer (size 0: no whole page). Call before other threads "
+          "write the regions.")
+      .def_static(
+          "unshare",
+          [](const py::sequence& ranges) {
+            std::vector<ShmBuffer::SharedRange> rs;
+            for (py::handle r : ranges) {
+              auto t = r.cast<std::tuple<uint64_t, uint64_t, uint64_t>>();
+              rs.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t)});
+            }
+            absl::Status st;
+            {
+              py::gil_scoped_release nogil;
+              st = ShmBuffer::Unshare(rs);
+            }
+            Check(st);
+          },
+          py::arg("ranges"),
+          "Undoes share(): the ranges it returned become private memory again, same bytes. "
+          "Call once the daemon no longer uses the buffer (unregistered) and before the memory "
+          "is freed.")
       .def_property_readonly("name", &PyShmBuffer::name)
       .def_property_readonly("size", &PyShmBuffer::size)
       .def_property_readonly(

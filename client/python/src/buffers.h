@@ -12,6 +12,7 @@ namespace kvtier::py {
 class PyShmBuffer {
  public:
   PyShmBuffer(uint64_t size, const std::string& name);
+  explicit PyShmBuffer(std::unique_ptr<ShmBuffer> buf);
   ~PyShmBuffer();
   uint8_t* data() const { return buf_->data(); }
   uint64_t size() const { return buf_->size(); }

@@ -27,6 +27,29 @@ GetOptions ParseGetOptions(const std::string& policy, int64_t timeout_ms) {
   return o;
 }
 
+// page_runs: None, or a sequence of (length, buffer_offset) pairs of ints
+// >= 0 (docs/PROTOCOL.md, "Scattered pages"; the daemon checks the rest).
+std::vector<PageRun> ParsePageRuns(const py::handle& runs) {
+  std::vector<PageRun> out;
+  if (runs.is_none()) return out;
+  if (py::isinstance<py::str>(runs) || !PySequence_Check(runs.ptr()))
+    throw py::type_error("page_runs must be None or a sequence of (length, buffer_offset) pairs");
+  py::sequence seq = py::reinterpret_borrow<py::sequence>(runs);
+  out.reserve(seq.size());
+  for (size_t j = 0; j < seq.size(); ++j) {
+    py::object r = seq[j];
+    if (!PySequence_Check(r.ptr()) || py::len(r) != 2)
+      throw py::type_error(absl::StrCat("page_runs[", j, "] is not a (length, buffer_offset) pair"));
+    py::sequence pair = py::reinterpret_borrow<py::sequence>(r);
+    int64_t len = py::int_(pair[0]).cast<int64_t>(), at = py::int_(pair[1]).cast<int64_t>();
+    if (len <= 0 || at < 0)
+      throw py::value_error(absl::StrCat("page_runs[", j, "] = (", len, ", ", at,
+                                         "): a length > 0 and a buffer_offset >= 0"));
+    out.push_back(PageRun{uint64_t(len), uint64_t(at)});
+  }
+  return out;
+}
+
 // Read-only views of the pages handed to put_inline, held while the GIL is
 // released so the bytes cannot move or vanish under the call.
 class PageViews {
@@ -67,21 +90,23 @@ class PageViews {
 };
 
 py::list Get(PyClient& c, const py::handle& keys, int64_t buffer_id, const py::handle& offsets,
-             const std::string& policy, int64_t timeout_ms) {
+             const std::string& policy, int64_t timeout_ms, const py::handle& page_runs) {
   BufferId buffer = CheckedBufferId(buffer_id);
   std::vector<PageKey> k = ParseKeys(keys);
   std::vector<uint64_t> off = ParseOffsets(offsets, k.size());
   GetOptions o = ParseGetOptions(policy, timeout_ms);
+  o.page_runs = ParsePageRuns(page_runs);
   return TierList(Check(c.Call("get", [&](Client& cl) { return cl.Get(k, buffer, off, o); })));
 }
 
 PutResult Put(PyClient& c, const py::handle& keys, int64_t buffer_id, const py::handle& offsets,
-              const py::handle& parent) {
+              const py::handle& parent, const py::handle& page_runs) {
   BufferId buffer = CheckedBufferId(buffer_id);
   std::vector<PageKey> k = ParseKeys(keys);
   std::vector<uint64_t> off = ParseOffsets(offsets, k.size());
   PageKey p = ParseKey(parent, "parent");
-  return Check(c.Call("put", [&](Client& cl) { return cl.Put(k, p, buffer, off); }));
+  PutOptions o{.page_runs = ParsePageRuns(page_runs)};
+  return Check(c.Call("put", [&](Client& cl) { return cl.Put(k, p, buffer, off, o); }));
 }
 
 // on_layer(l) runs on the calling thread with the GIL taken back for it. An
@@ -90,11 +115,13 @@ PutResult Put(PyClient& c, const py::handle& keys, int64_t buffer_id, const py::
 // so calls into `c` from it are refused (CallbackScope), never deadlocked.
 py::list GetLayers(PyClient& c, const py::handle& keys, int64_t buffer_id,
                    const py::handle& offsets, const py::object& mapping, int64_t progress_offset,
-                   const py::object& on_layer, const std::string& policy, int64_t timeout_ms) {
+                   const py::object& on_layer, const std::string& policy, int64_t timeout_ms,
+                   const py::handle& page_runs) {
   BufferId buffer = CheckedBufferId(buffer_id);
   std::vector<PageKey> k = ParseKeys(keys);
   std::vector<uint64_t> off = ParseOffsets(offsets, k.size());
   GetOptions o = ParseGetOptions(policy, timeout_ms);
+  o.page_runs = ParsePageRuns(page_runs);
   if (!py::isinstance<PyShmBuffer>(mapping))
     throw py::type_error("get_layers: buf must be the kvtier.ShmBuffer registered as buffer_id");
   if (progress_offset < 0) throw py::value_error("progress_offset must be >= 0");
@@ -145,14 +172,18 @@ PutResult PutInline(PyClient& c, const py::handle& keys, const py::handle& pages
 
 void BindClientData(py::class_<PyClient>& c) {
   c.def("get", &Get, py::arg("keys"), py::arg("buffer_id"), py::arg("offsets"),
-        py::arg("policy") = "wait", py::arg("timeout_ms") = 0,
-        "Copies present pages into the registered buffer; each key's tier, None for a miss.")
+        py::arg("policy") = "wait", py::arg("timeout_ms") = 0, py::arg("page_runs") = py::none(),
+        "Copies present pages into the registered buffer; each key's tier, None for a miss. "
+        "page_runs: [(length, buffer_offset), ...] cuts every page into runs at its offset + "
+        "buffer_offset (scattered pages).")
       .def("put", &Put, py::arg("keys"), py::arg("buffer_id"), py::arg("offsets"),
-           py::arg("parent") = py::none(),
-           "Stores pages from the registered buffer; keys[0]'s parent is `parent`.")
+           py::arg("parent") = py::none(), py::arg("page_runs") = py::none(),
+           "Stores pages from the registered buffer; keys[0]'s parent is `parent`. page_runs: "
+           "as in get.")
       .def("get_layers", &GetLayers, py::arg("keys"), py::arg("buffer_id"), py::arg("offsets"),
            py::arg("buf"), py::arg("progress_offset"), py::arg("on_layer") = py::none(),
            py::arg("policy") = "wait", py::arg("timeout_ms") = 0,
+           py::arg("page_runs") = py::none(),
            "Layer-wise GET: on_layer(l) runs as layer l of every hit lands. on_layer must not "
            "call this client (it is busy with the GET): such a call raises FailedPrecondition.")
       .def("get_inline", &GetInline, py::arg("keys"))

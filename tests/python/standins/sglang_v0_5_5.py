@@ -1,6 +1,7 @@
 # STAND-IN for SGLang v0.5.5 (tag v0.5.5 of sgl-project/sglang), as a HiCache
 # storage backend meets it; the common parts are in _sglang_v0_5.py (files and
-# how they were read listed there). What v0.5.5 (and v0.5.0 ... v0.5.4) does:
+# how they were read listed there). What v0.5.5 (and v0.5.3, v0.5.4; v0.5.2 and older have no `dynamic`
+# backend, storage/backend_factory.py) does:
 #   python/sglang/srt/managers/cache_controller.py: only built-in backends get the
 #       zero-copy page functions; a `dynamic` backend always gets the v0 ones
 #       (_generic_page_get / _generic_page_set -> batch_get / batch_set), whatever
@@ -8,7 +9,7 @@
 #   python/sglang/srt/mem_cache/memory_pool_host.py: no ALLOC_MEMORY_FUNCS (the pool
 #       allocates its buffer itself)
 #   python/sglang/srt/server_args.py: get_global_server_args() as in v0.5.6, from v0.5.4
-#       only; v0.5.0 ... v0.5.3 have none (the backend then warns that it cannot fold
+#       only; v0.5.3 has none (the backend then warns that it cannot fold
 #       the server settings into its keys; tests remove it to check that)
 # Not SGLang: nothing here ran inside the engine.
 from standins._sglang_v0_5 import (HiCacheController as _Controller,  # noqa: F401

@@ -9,7 +9,7 @@ import re
 import kvtier
 
 from .core import Job, LoadTracker, PageTask, TransferWorker
-from .paging import PagedKv, PageMover
+from .paging import DirectKv, PagedKv, PageMover
 
 log = logging.getLogger("kvtier.integrations.vllm")
 
@@ -57,6 +57,15 @@ class WorkerSide:
                                     timeout_ms=self.cfg.timeout_ms,
                                     client_name=f"vllm-worker-{self.rank}")
         self.mover = PageMover(self.client, kv, self.cfg.staging_pages)
+        if getattr(self.cfg, "direct", False) and kv.device.type == "cpu":
+            # Before the engine runs a step: sharing copies the tensors' pages
+            # and maps shared memory over them (a write meanwhile is lost).
+            try:
+                self.mover.direct = DirectKv(self.client, kv, [kv_caches[n] for n in names])
+                log.info("kvtier: KV caches registered in place; pages move in one copy")
+            except (ValueError, kvtier.Error) as e:
+                log.warning("kvtier: KV caches not registered in place (%s); pages move through "
+                            "the staging buffers", e)
         self.thread = TransferWorker(f"kvtier-vllm-{self.rank}")
         self.tensors = {n: kv_caches[n] for n in names}
 
@@ -126,6 +135,15 @@ class WorkerSide:
         for req_id, specs in meta.saves:
             pages += self._tasks(specs, with_parents=True)
             tags.append(req_id)
+        if self.mover.direct is not None:
+            # Pages in the shared KV memory are PUT from the blocks now: the
+            # engine may reuse the blocks once the daemon has read them.
+            direct = [p for p in pages if self.mover.direct.fits(p.blocks)]
+            if direct:
+                lost = self.mover.put_direct(direct)
+                self.stats["pages_saved"] += len(direct) - len(lost)
+                self.stats["pages_not_saved"] += len(lost)
+                pages = [p for p in pages if not self.mover.direct.fits(p.blocks)]
         queued = 0
         try:
             # Waits at most one daemon call for staging slots: a slow or dead

@@ -25,28 +25,30 @@ def keys_for_hashes(block_hashes, model_id, layout, blocks_per_page=1):
     return kvtier.external_keys(last, model_id, layout)
 
 
-def get_pages(client, keys, buffer_id, offsets, timeout_ms=0):
+def get_pages(client, keys, buffer_id, offsets, timeout_ms=0, page_runs=None):
     """GET into a registered buffer; one bool per key (a miss leaves its bytes
     untouched), or None when the call failed (daemon gone): then the buffer may
-    hold part of any page and none of it may be used."""
+    hold part of any page and none of it may be used. page_runs: scattered
+    pages (docs/PROTOCOL.md)."""
     if not keys:
         return []
     try:
         policy = "timeout" if timeout_ms > 0 else "wait"
-        tiers = client.get(keys, buffer_id, offsets, policy=policy, timeout_ms=timeout_ms)
+        tiers = client.get(keys, buffer_id, offsets, policy=policy, timeout_ms=timeout_ms,
+                           page_runs=page_runs)
     except kvtier.Error as e:
         log.warning("kvtier GET of %d pages failed: %s", len(keys), e)
         return None
     return [t is not None for t in tiers]
 
 
-def put_chain(client, keys, buffer_id, offsets, parent=None):
+def put_chain(client, keys, buffer_id, offsets, parent=None, page_runs=None):
     """PUT a prefix chain (keys[i]'s parent is keys[i-1]); how many leading
     keys the store now holds (stored or already there)."""
     if not keys:
         return 0
     try:
-        r = client.put(keys, buffer_id, offsets, parent=parent)
+        r = client.put(keys, buffer_id, offsets, parent=parent, page_runs=page_runs)
     except kvtier.Error as e:
         log.warning("kvtier PUT of %d pages failed: %s", len(keys), e)
         return 0

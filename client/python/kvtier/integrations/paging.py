@@ -1,9 +1,18 @@
 # Block tables <-> kvtier pages. Views an engine's per-layer paged KV tensors
-# in kvtier's page-first layout (docs/PROTOCOL.md: page = layer 0 | layer 1 |
-# ...; layer = K half | V half; half = [kv_heads][tokens_per_page][head_dim])
-# and moves whole pages between them and kvtierd through registered staging
-# ShmBuffers (gather before a PUT, scatter after a GET).
+# as kvtier pages and moves whole pages between them and kvtierd: in place
+# where the daemon can reach the engine's memory (DirectKv: one copy), else
+# through registered staging ShmBuffers (gather before a PUT, scatter after a
+# GET). An engine page is block-major, as engines keep their blocks:
+#   page = layer 0 | layer 1 | ...; layer = block 0 | block 1 | ... (of the
+#   page); block = K | V; K, V = [tokens_per_block][kv_heads][head_dim]
+# so each K or V block of each layer is one contiguous run of the page, and
+# both FlashAttention's (2, B, T, H, D) and FlashInfer's (B, 2, T, H, D)
+# tensors hold it as one or two runs per block: the daemon copies them
+# straight (docs/PROTOCOL.md, "Scattered pages"). Its byte size is kvtier's
+# page size for the layout; the keys name the format (KeySpace), so such a
+# page is never read as a kvtier-decoder page (head-major, PROTOCOL.md).
 import concurrent.futures
+import logging
 import threading
 import time
 
@@ -13,17 +22,20 @@ import kvtier
 
 from .core import get_pages, put_chain
 
+log = logging.getLogger("kvtier.integrations")
+
 # Engine dtypes kvtier stores as they are. fp8 KV caches are refused: vLLM's
 # carry one scale per tensor, kvtier's fp8 pages one per token and head.
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-CANONICAL = "2BHTD"  # K/V, block, kv head, token in block, head dim
+BLOCK_ORDER = "B2THD"  # block, K/V, token in block, kv head, head dim: the page's order
+PAGE_FORMAT = "engine-blocks-v1"  # folded into the keys of such pages
 
 
 def _check_dims(dims):
-    if sorted(dims) != sorted(CANONICAL):
-        raise ValueError(f"dims must order the letters {CANONICAL!r} (2: K/V, B: block, T: token, "
-                         f"H: kv head, D: head dim), got {dims!r}")
-    return [dims.index(c) for c in CANONICAL]
+    if sorted(dims) != sorted(BLOCK_ORDER):
+        raise ValueError(f"dims must order the letters {BLOCK_ORDER!r} (2: K/V, B: block, "
+                         f"T: token, H: kv head, D: head dim), got {dims!r}")
+    return [dims.index(c) for c in BLOCK_ORDER]
 
 
 class PagedKv:
@@ -48,17 +60,20 @@ class PagedKv:
                              f"{tuple(first.shape)} for dims {dims!r}")
         if not isinstance(blocks_per_page, int) or blocks_per_page < 1:
             raise ValueError(f"blocks_per_page must be an int >= 1, got {blocks_per_page!r}")
-        self._views = [t.permute(perm) for t in layers]  # each (2, B, H, T, D), no copy
-        _, self.num_blocks, self.kv_heads, self.block_size, self.head_dim = self._views[0].shape
+        self._views = [t.permute(perm) for t in layers]  # each (B, 2, T, H, D), no copy
+        self.num_blocks, _, self.block_size, self.kv_heads, self.head_dim = self._views[0].shape
         self.blocks_per_page = blocks_per_page
         self.dtype, self.device = first.dtype, first.device
         # Pages only move bytes: copy them as the widest integer words a head
         # row divides into (torch copies fp16/bf16 strided rows far slower).
-        self._word = _word_dtype(self.head_dim * first.element_size(), first.stride(-1) == 1)
+        # (Only where the tensors' last dim is the head dim: a word view
+        # shrinks the last dim.)
+        self._word = (_word_dtype(self.head_dim * first.element_size(), True)
+                      if dims[-1] == "D" else first.dtype)
         self._wviews = [t.view(self._word).permute(perm) for t in layers]
         self.layout = kvtier.Layout(len(layers), self.kv_heads, self.head_dim,
                                     self.block_size * blocks_per_page, DTYPES[self.dtype])
-        self.page_shape = (len(layers), 2, self.kv_heads, self.layout.tokens_per_page,
+        self.page_shape = (len(layers), blocks_per_page, 2, self.block_size, self.kv_heads,
                            self.head_dim)
 
     @staticmethod
@@ -123,18 +138,18 @@ class PagedKv:
     def _pairs(self, staging, segs):
         """(page-side view, block-side view) of each segment and layer, as
         words, of equal shapes."""
-        k, H, T = self.blocks_per_page, self.kv_heads, self.block_size
+        k, T, H = self.blocks_per_page, self.block_size, self.kv_heads
         st = staging.view(self._word)
         dw = st.shape[-1]
         for l, v in enumerate(self._wviews):
             for kind, slot, a, b in segs:
-                if kind == "run":  # m pages: staging (m, 2, H, k, T, d), blocks (2, m*k, H, T, d)
+                if kind == "run":  # m pages: staging (m, k, 2, T, H, d), blocks (m*k, 2, T, H, d)
                     m = b
-                    page = st[slot:slot + m, l].view(m, 2, H, k, T, dw)
-                    blk = v[:, a:a + m * k].view(2, m, k, H, T, dw).permute(1, 0, 3, 2, 4, 5)
+                    page = st[slot:slot + m, l].view(m, k, 2, T, H, dw)
+                    blk = v[a:a + m * k].view(m, k, 2, T, H, dw)
                 else:  # one block: staging page slot, position a; block b
-                    page = st[slot, l].view(2, H, k, T, dw)[:, :, a]
-                    blk = v[:, b]
+                    page = st[slot, l, a]
+                    blk = v[b]
                 yield page, blk
 
     def gather(self, pages, staging, slots):
@@ -200,9 +215,122 @@ class StagingBuffer:
             return slots
 
     def release(self, slots):
+        # Last freed, first lent: the slots in use stay the same few, whose
+        # memory both processes have already touched (a slot's first use
+        # costs a page fault per 4 KiB on each side: ~9 ms for two 2 MiB pages).
         with self._cv:
-            self._free.extend(slots)
+            self._free[:0] = slots
             self._cv.notify_all()
+
+
+class DirectKv:
+    """An engine's CPU KV tensors registered with the daemon where they are
+    (kvtier.ShmBuffer.share), so a page moves between the daemon and its
+    blocks in one copy. A GET or PUT names each page by the offset of its
+    first block and cuts every page the same way into runs
+    (docs/PROTOCOL.md, "Scattered pages"): the engine page's layer | block
+    | K,V order, each K or V block one run where the tensor keeps its tokens
+    and heads together (FlashAttention, FlashInfer), one head row per run
+    otherwise. Pages whose blocks are
+    consecutive ids and lie in the shared memory qualify (fits); the
+    others, and loads that must skip blocks, go through staging.
+
+    Raises ValueError where the tensors cannot be shared (not CPU, pinned,
+    head dim not contiguous, a layer without a whole page) and kvtier.Error
+    where the daemon cannot take them (an older daemon: no page_runs)."""
+
+    MAX_KEYS = 1024  # pages per GET/PUT
+
+    def __init__(self, client, kv, tensors):
+        if kv.device.type != "cpu":
+            raise ValueError(f"the KV caches are on {kv.device} (only CPU memory is shared in "
+                             "place)")
+        if any(t.is_pinned() for t in tensors):
+            raise ValueError("the KV caches are pinned (page-locked) memory, which cannot be "
+                             "remapped")
+        v = kv._views[0]  # (B, 2, T, H, D) over layer 0, in elements
+        sB, s2, sT, sH, sD = v.stride()
+        if sD != 1:
+            raise ValueError(f"the head dim is not contiguous (stride {sD})")
+        e = v.element_size()
+        k, T, H = kv.blocks_per_page, kv.block_size, kv.kv_heads
+        run = kv.head_dim * e
+        # Byte offsets of each head row of a page starting at block 0, in
+        # page order (block, K/V, token, head), relative to its layer
+        # tensor's first byte.
+        j = torch.arange(k).view(k, 1, 1, 1)
+        kvi = torch.arange(2).view(1, 2, 1, 1)
+        tok = torch.arange(T).view(1, 1, T, 1)
+        hi = torch.arange(H).view(1, 1, 1, H)
+        rel = ((j * sB + kvi * s2 + tok * sT + hi * sH) * e).reshape(-1)
+        regions = [(t.data_ptr(), t.numel() * t.element_size()) for t in tensors]
+        self.buf, ranges = kvtier.ShmBuffer.share(regions)
+        # Held until close(), which makes the memory private again before
+        # the engine may free it (an allocator must not get shared pages back).
+        self._tensors, self._ranges = list(tensors), ranges
+        # Where layer l's byte 0 would be in the buffer (its first partial
+        # 4 KiB page is not shared, so this may lie before the buffer).
+        bases = [off - (addr - ptr) for (addr, size, off), (ptr, _) in zip(ranges, regions)]
+        self.block_bytes = sB * e
+        self._m = min(bases)  # keys' offsets are block offsets + m; runs from there
+        pos = torch.cat([rel + b for b in bases])
+        # Runs that continue one another become one.
+        starts = [int(pos[0])]
+        lens = [run]
+        for p in pos[1:].tolist():
+            if p == starts[-1] + lens[-1]:
+                lens[-1] += run
+            else:
+                starts.append(p)
+                lens.append(run)
+        self.runs = [(n, p - self._m) for p, n in zip(starts, lens)]
+        # A page starting at block b qualifies when b * block_bytes lies in
+        # [lo, hi] (every layer's runs inside its shared range).
+        lo_rel, hi_rel = int(rel.min()), int(rel.max()) + run
+        self._lo = max(off - b - lo_rel for (_, _, off), b in zip(ranges, bases))
+        self._hi = min(off + size - b - hi_rel for (_, size, off), b in zip(ranges, bases))
+        self.k = k
+        self.buffer_id = None
+        try:
+            if any(size == 0 for _, size, _ in ranges):
+                raise ValueError("a KV layer tensor holds no whole memory page")
+            self.buffer_id = client.register(self.buf)
+            # An older daemon would ignore page_runs: the client refuses them instead.
+            client.get([bytes(16)], self.buffer_id, [self.offset([self._first_fit()])],
+                       page_runs=self.runs)
+        except (ValueError, kvtier.Error):
+            self.close(client)
+            raise
+
+    def close(self, client):
+        """Unregisters the memory and makes it private again (same bytes).
+        Transfers still in the daemon then write only the shared object,
+        which this process no longer maps."""
+        if self._ranges is None:
+            return
+        if self.buffer_id is not None:
+            try:
+                client.unregister(self.buffer_id)
+            except kvtier.Error as e:  # a dead daemon maps nothing any more
+                log.info("kvtier: unregistering the shared KV caches: %s", e)
+        kvtier.ShmBuffer.unshare(self._ranges)
+        self._ranges, self._tensors, self.buffer_id = None, None, None
+
+    def _first_fit(self):
+        b = -(-self._lo // self.block_bytes)
+        if b * self.block_bytes > self._hi:
+            raise ValueError("no block lies inside the shared memory")
+        return b
+
+    def fits(self, blocks):
+        """Whether a page of these block ids moves directly."""
+        if len(blocks) != self.k or any(blocks[j] != blocks[0] + j for j in range(1, self.k)):
+            return False
+        at = blocks[0] * self.block_bytes
+        return self._lo <= at <= self._hi
+
+    def offset(self, blocks):
+        return blocks[0] * self.block_bytes + self._m
 
 
 def chunks(items, size):
@@ -223,6 +351,8 @@ class PageMover:
         self._load_pages = self.load_staging.pages(kv.dtype, kv.page_shape)
         self._save_pages = self.save_staging.pages(kv.dtype, kv.page_shape)
         self._getter = None  # the thread GETs run on, while load() writes blocks
+        self.direct = None  # a DirectKv once the engine's tensors are shared
+        self.direct_moved = 0  # pages loaded or saved in place (not staged)
 
     @staticmethod
     def _chunk_pages(st):
@@ -250,10 +380,47 @@ class PageMover:
         return chunk, slots, fut
 
     def load(self, job):
-        """GETs job.pages chunk by chunk and writes the pages that arrived into
-        their blocks; returns the indices of the others (blocks untouched).
-        The GET of the next chunk runs while this one is written to the blocks."""
-        failed, pages, st = set(), job.pages, self.load_staging
+        """GETs job.pages into their blocks; returns the indices of the pages
+        that did not arrive (their blocks untouched, or to be recomputed).
+        Pages the daemon can write in place go straight into the blocks; the
+        rest through staging."""
+        direct = [i for i, p in enumerate(job.pages)
+                  if self.direct is not None and p.skip == 0 and self.direct.fits(p.blocks)]
+        if not direct:
+            return self._load_staged(job, job.pages)
+        failed = self._load_direct(job, direct)
+        taken = set(direct)
+        rest = [i for i in range(len(job.pages)) if i not in taken]
+        if rest:
+            failed |= {rest[j] for j in self._load_staged(job, [job.pages[i] for i in rest])}
+        return failed
+
+    def _load_direct(self, job, idx):
+        """One GET per DirectKv.MAX_KEYS pages, straight into the blocks. The
+        job's write lock is held during each: a cancel waits for the GET,
+        after which (its deadline passed, docs/PROTOCOL.md) the daemon writes
+        nothing more."""
+        d, failed = self.direct, set()
+        for n in range(0, len(idx), d.MAX_KEYS):
+            part = idx[n:n + d.MAX_KEYS]
+            pages = [job.pages[i] for i in part]
+            with job.write_lock:
+                if job.cancelled:
+                    return set(idx)
+                ok = get_pages(self.client, [p.key for p in pages], d.buffer_id,
+                               [d.offset(p.blocks) for p in pages], self.get_timeout_ms,
+                               page_runs=d.runs)
+            if ok is None:  # the daemon is gone: stop asking
+                return failed | set(idx[n:])
+            failed.update(i for i, good in zip(part, ok) if not good)
+            self.direct_moved += sum(ok)
+        return failed
+
+    def _load_staged(self, job, pages):
+        """GETs `pages` chunk by chunk into staging and writes the pages that
+        arrived into their blocks; returns the indices (into `pages`) of the
+        others. The GET of the next chunk runs while this one is written."""
+        failed, st = set(), self.load_staging
         size = self._chunk_pages(st)
         overlap = st.capacity >= 2 * size
         starts = list(range(0, len(pages), size))
@@ -271,7 +438,7 @@ class PageMover:
                     hit = [i for i, good in enumerate(ok) if good]
                     with job.write_lock:
                         if job.cancelled:
-                            return range(len(pages))
+                            return set(range(len(pages)))
                         self.kv.scatter(self._load_pages, [slots[i] for i in hit],
                                         [chunk[i].blocks for i in hit],
                                         [chunk[i].skip for i in hit])
@@ -289,6 +456,8 @@ class PageMover:
     def close(self):
         if self._getter is not None:
             self._getter.shutdown(wait=True)
+        if self.direct is not None:
+            self.direct.close(self.client)
 
     def stage(self, pages, timeout_s=30.0):
         """Caller's thread: yields (pages, slots) chunks whose blocks are now
@@ -305,6 +474,23 @@ class PageMover:
                 st.release(slots)
                 raise
             yield chunk, slots
+
+    def put_direct(self, pages):
+        """PUTs pages straight out of the engine's blocks (each run of pages
+        whose parent is the page before as one chain) and returns the indices
+        of those the store did not take. Returns once the daemon has read
+        them (or, failing, once its deadline passed): the engine may then
+        reuse the blocks."""
+        d, lost = self.direct, set()
+        for part in chunks(list(range(len(pages))), d.MAX_KEYS):
+            sub = [pages[i] for i in part]
+            for lo, hi in _chain_runs(sub):
+                kept = put_chain(self.client, [p.key for p in sub[lo:hi]], d.buffer_id,
+                                 [d.offset(p.blocks) for p in sub[lo:hi]], sub[lo].parent,
+                                 page_runs=d.runs)
+                lost.update(part[j] for j in range(lo + kept, hi))
+        self.direct_moved += len(pages) - len(lost)
+        return lost
 
     def put_staged(self, chunk, slots):
         """Transfer thread: PUTs a staged chunk (one chain per run of pages

@@ -1,6 +1,7 @@
 # kvtier as a SGLang HiCache L3 storage backend. Interface followed: SGLang
-# v0.5.0 ... v0.5.6.post1, python/sglang/srt/mem_cache/hicache_storage.py
-# (HiCacheStorage), loaded by the `dynamic` backend. Start SGLang with
+# v0.5.3 ... v0.5.6.post1, python/sglang/srt/mem_cache/hicache_storage.py
+# (HiCacheStorage), loaded by the `dynamic` backend (storage/backend_factory.py,
+# which v0.5.2 and older do not have: they cannot load a backend by module). Start SGLang with
 #   --enable-hierarchical-cache --hicache-mem-layout page_first
 #   --hicache-storage-backend dynamic --hicache-storage-backend-extra-config
 #   '{"backend_name":"kvtier","module_path":"kvtier.integrations.sglang",
@@ -24,7 +25,7 @@ from ._sglang_model import check_model_config, model_identity
 from .core import get_pages, put_chain
 from .paging import DTYPES, StagingBuffer, chunks
 
-SGLANG_VERSIONS_SUPPORTED = ("v0.5.0 ... v0.5.6.post1 (zero copy, interface_v1, from v0.5.6; "
+SGLANG_VERSIONS_SUPPORTED = ("v0.5.3 ... v0.5.6.post1 (zero copy, interface_v1, from v0.5.6; "
                              "older versions run the v0 interface)")
 V1_FROM = (0, 5, 6)  # the first SGLang whose dynamic backend honours interface_v1
 

@@ -21,7 +21,7 @@ import kvtier
 from ._vllm_layout import AUTO, resolve_kv_dims
 from ._vllm_scheduler import PageSpec, SchedulerSide
 from ._vllm_worker import WorkerSide
-from .paging import DTYPES
+from .paging import DTYPES, PAGE_FORMAT
 
 VLLM_MIN_VERSION = "0.11.1"
 VLLM_VERSIONS_SUPPORTED = "v0.11.1 (v0.11.0 and older are refused: they never ask for load errors)"
@@ -70,6 +70,10 @@ class KvtierConfig:
     # Per-layer KV tensor dims, "auto": asked of the attention backend
     # (FlashAttention "2BTHD", FlashInfer "B2THD"); set it for other backends.
     kv_dims: str = AUTO
+    # CPU KV caches: registered with the daemon where they are, so pages move
+    # in one copy (docs/PROTOCOL.md, "Scattered pages"); False: always through
+    # the staging buffers.
+    direct: bool = True
 
     @classmethod
     def from_extra(cls, extra):
@@ -86,6 +90,10 @@ class KvtierConfig:
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name in (
                     "blocks_per_page", "staging_pages", "timeout_ms") else 0):
                 raise ValueError(f"kv_connector_extra_config[{name!r}] = {v!r} is not valid")
+        for name in ("load_async", "direct"):
+            if not isinstance(getattr(cfg, name), bool):
+                raise ValueError(f"kv_connector_extra_config[{name!r}] = {getattr(cfg, name)!r}: "
+                                 "true or false")
         return cfg
 
 
@@ -123,8 +131,11 @@ class KeySpace:
         self.model_id, self.layout, self.tp_size = model_id, layout, tp_size
 
     def keys(self, page_hashes, rank):
-        return kvtier.external_keys(page_hashes, f"{self.model_id}|vllm|tp{rank}of{self.tp_size}",
-                                    self.layout)
+        # The page format is named too: an engine page is block-major
+        # (paging.py), never to be read as a head-major kvtier-decoder page.
+        return kvtier.external_keys(
+            page_hashes, f"{self.model_id}|vllm|{PAGE_FORMAT}|tp{rank}of{self.tp_size}",
+            self.layout)
 
 
 @dataclass
