@@ -69,7 +69,6 @@ void CopyEngine::Complete(Job& job, zmq::socket_t& push) {
     auto flags = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
     if (!push.send(frames[i], flags)) spdlog::error("copy engine: completion send failed");
   }
-  jobs_done_.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::vector<std::pair<size_t, size_t>> SplitRanges(size_t n, uint64_t item_bytes, int max_parts,

@@ -37,7 +37,6 @@ class CopyEngine {
   // Runs every queued job to completion, then joins the workers.
   void Shutdown();
   int threads() const { return static_cast<int>(workers_.size()); }
-  uint64_t jobs_done() const { return jobs_done_.load(std::memory_order_relaxed); }
 
  private:
   struct Job {
@@ -60,7 +59,6 @@ class CopyEngine {
   absl::Mutex mu_;
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::atomic<uint64_t> jobs_done_{0};
 };
 
 // The first error of a job whose parts run on several workers at once.

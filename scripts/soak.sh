@@ -17,7 +17,8 @@
 #   used_memory) to OUT_DIR/soak.csv (and soak.png with gnuplot).
 # Pass (scripts/lib/soak_report.py): 0 failed, 0 corrupt, 0 ledger pages
 # lost; per daemon lifetime after its first minute, RSS growing <= 5% per
-# hour (least squares), fds and threads flat (max - min <= 2); GET/PUT/LOOKUP
+# hour (least squares), fds not growing (the last third of a lifetime at most 4
+# above the first: RocksDB's files come and go), threads flat (max - min <= 2); GET/PUT/LOOKUP
 # p99 in the last window within 20% of the first window after warm-up (only
 # judged for runs of 20 minutes and more). Exit 0 on pass, 1 on a failed
 # check, 2 on bad setup.

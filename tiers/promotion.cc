@@ -1,8 +1,8 @@
 // Promotion as a mechanism for prefetch/: probing where a page lives, pinning
 // it without counting a read, and moving it up to a chosen tier (not only the
 // top one, so a host target stays right once an HBM tier sits above it).
-// GET's own path (ReadPage, promote_on_get) is in persistence.cc; the move
-// itself is the page-move primitive (page_move.cc).
+// GET's own path (ReadPage, ReadPages, promote_on_get) is in page_reads.cc;
+// the move itself is the page-move primitive (page_move.cc).
 #include <optional>
 #include <vector>
 
@@ -11,18 +11,6 @@
 #include "tiers/tier_manager_impl.h"
 
 namespace kvtier::tiers {
-
-std::string_view PromoteOutcomeName(PromoteOutcome o) {
-  switch (o) {
-    case PromoteOutcome::kPromoted: return "promoted";
-    case PromoteOutcome::kAlreadyThere: return "already_there";
-    case PromoteOutcome::kMissing: return "missing";
-    case PromoteOutcome::kBusy: return "busy";
-    case PromoteOutcome::kNoRoom: return "no_room";
-    case PromoteOutcome::kFailed: return "failed";
-  }
-  return "?";
-}
 
 int TierManager::TierIndex(TierKind kind) const {
   for (size_t t = 0; t < impl_->tiers.size(); ++t)

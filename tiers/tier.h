@@ -1,7 +1,10 @@
 // The one interface every storage tier implements (HBM, host, NVMe). A tier
-// is mechanism only: it hands out fixed-size slots and moves
-// bytes in and out of them. Placement, recency, pins and quotas live in
-// TierManager, which owns the page index.
+// is mechanism only, in three roles: slot space (Allocate, Free, capacity),
+// page I/O (Write, Read, and the asynchronous ReadAsync/ReadRangeAsync,
+// whose defaults are synchronous: a tier that can overlap reads must
+// override both), and, for a persistent tier, the durable index
+// (PersistBatch, Unpersist, Recover, ReadChunkSums). Placement, recency,
+// pins and quotas live in TierManager, which owns the page index.
 #pragma once
 
 #include <cstdint>

@@ -99,7 +99,7 @@ struct NamespaceConfig {
 class TierManager;
 class PageReadBatch;  // ReadPages' state, private to page_reads.cc
 class LayerReadBatch;  // ReadLayers' state, private to layer_reads.cc
-struct PageEntry;  // index entry, private to tier_manager.cc
+struct PageEntry;  // index entry (page_index.h), private to tiers/
 
 // What Reservation::CommitAll did.
 struct CommitResult {
@@ -268,7 +268,6 @@ enum class PromoteOutcome {
   kNoRoom,        // the target tier could not make room (pinned, quota)
   kFailed,        // read error or checksum mismatch (a corrupt page is dropped)
 };
-std::string_view PromoteOutcomeName(PromoteOutcome o);
 
 struct PromoteResult {
   PromoteOutcome outcome = PromoteOutcome::kMissing;
@@ -314,8 +313,10 @@ using PageReadFn = absl::FunctionRef<void(size_t i, absl::StatusOr<const uint8_t
 class LayerSink {
  public:
   virtual ~LayerSink() = default;
-  // Layer l of page i, verified; the bytes stay valid until ReadLayers
-  // returns.
+  // Layer l of page i, verified. The bytes are valid during this call
+  // only: a layer read into a bounce unit goes back to the thread's pool
+  // once handed over, and the next layer's read may reuse it. Copy them
+  // (or finish with them) before returning.
   virtual void Layer(size_t i, uint32_t l, const uint8_t* bytes) = 0;
   // Every page still readable has handed over layers 0..l (called for
   // l = 0, 1, ... in order).

@@ -1,6 +1,8 @@
-// TierManager::Impl: state shared by tier_manager.cc (index operations),
-// reservation.cc (PUT path, quotas) and eviction.cc (eviction, demotion, the
-// evictor thread). Private to tiers/.
+// TierManager::Impl: the store's state, shared by every file that
+// implements TierManager (tier_manager, lookup, reservation, reserve,
+// page_pin, page_reads, layer_reads, page_move, promotion, eviction,
+// cleaner, persistence, shared_publish, admin: docs/ARCHITECTURE.md has the
+// map). Private to tiers/ (tests/arch/check_includes.py).
 #pragma once
 
 #include <atomic>

@@ -86,7 +86,13 @@ def main(out, duration):
         worst_rss = max(worst_rss, growth)
         fds = [int(r["fds"]) for r in warm]
         thr = [int(r["threads"]) for r in warm]
-        check(f"epoch {epoch} fds flat", max(fds) - min(fds) <= 2, f"{min(fds)}..{max(fds)}")
+        # RocksDB's table files come and go with its flushes and compactions
+        # (the hour run saw 39..56 in one lifetime): a leak is a trend, so the
+        # last third of the lifetime must not hold more than the first third.
+        third = max(1, len(fds) // 3)
+        check(f"epoch {epoch} fds do not grow", max(fds[-third:]) <= max(fds[:third]) + 4,
+              f"{min(fds)}..{max(fds)}; first third max {max(fds[:third])}, last third max "
+              f"{max(fds[-third:])}")
         check(f"epoch {epoch} threads flat", max(thr) - min(thr) <= 2, f"{min(thr)}..{max(thr)}")
         check(f"epoch {epoch} RSS growth", growth <= 0.05,
               f"{100 * growth:+.1f}% per hour ({warm[0]['rss_kb']} -> {warm[-1]['rss_kb']} kB)")

@@ -124,7 +124,7 @@ TEST_P(ReservePromotionTest, PromotionsOneAtATimeTakeOnlyTheAttackersRoom) {
   for (const PageKey& key : AttackerNvmeKeys()) {
     auto r = mgr_->PromoteBatch(ns_["attacker"], absl::MakeConstSpan(&key, 1), 0,
                                 EvictMode::kMayWrite);
-    EXPECT_EQ(r[0].outcome, PromoteOutcome::kPromoted) << PromoteOutcomeName(r[0].outcome);
+    EXPECT_EQ(r[0].outcome, PromoteOutcome::kPromoted) << static_cast<int>(r[0].outcome);
   }  // each lease goes at the end of its iteration
   EXPECT_EQ(CountIn("victim", 0, 0, 8), reserved() ? 8u : 0u);
 }

@@ -4,10 +4,17 @@
 // sizes, layer 0 is handed over while later layers are still being read, a
 // corrupt chunk fails its page after only the verified layers before it,
 // pages recorded without chunk sums are read whole, the sums survive a
-// restart; and the verification chunks and their index records themselves.
+// restart, a layer's bytes are valid during the sink's call only (an
+// asynchronous sink copies them); and the verification chunks and their
+// index records themselves.
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -230,6 +237,43 @@ TEST_F(LayerReadsTest, LayerZeroIsHandedOverWhileLaterLayersAreStillRead) {
   EXPECT_GE(at_first, 4u) << "layer 0 of every page was read";
   EXPECT_LT(at_first, total) << "layer 0 waited for the whole pages";
   for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(sink.got[i], Bytes(g.page(), i));
+}
+
+// LayerSink's contract: a layer's bytes are valid during Layer() only. A
+// sink that works asynchronously (as a device copy would) copies them in the
+// call and finishes on another thread; the read reuses the memory it handed
+// over for later layers, so a sink that kept the pointers would read other
+// layers' bytes.
+TEST_F(LayerReadsTest, AnAsynchronousSinkCopiesInTheCallBecauseBytesAreReused) {
+  queue_depth_ = 4;  // few units ahead of the layer handed over: bounce units come back
+  const Geometry g{128 << 10, 8};
+  ASSERT_NO_FATAL_FAILURE(Open(g, 16, 4, /*promote=*/false));
+  std::vector<PagePin> pins = PinAll(4);
+
+  class AsyncSink final : public LayerSink {
+   public:
+    explicit AsyncSink(const Geometry& g) : g_(g), got(4, std::vector<uint8_t>(g.page())) {}
+    void Layer(size_t i, uint32_t l, const uint8_t* bytes) override {
+      handed.emplace_back(bytes, std::make_pair(i, l));
+      auto copy = std::make_shared<std::vector<uint8_t>>(bytes, bytes + g_.layer_bytes);
+      work.emplace_back([this, i, l, copy] {
+        std::memcpy(got[i].data() + l * g_.layer_bytes, copy->data(), copy->size());
+      });
+    }
+    void LayerDone(uint32_t) override {}
+    void PageFailed(size_t i, absl::Status why) override { ADD_FAILURE() << i << ": " << why; }
+    Geometry g_;
+    std::vector<std::vector<uint8_t>> got;
+    std::vector<std::pair<const uint8_t*, std::pair<size_t, uint32_t>>> handed;
+    std::vector<std::thread> work;
+  } sink(g);
+  mgr_->ReadLayers(absl::MakeSpan(pins), g.layer_bytes, g.layers, ReadOptions{}, sink);
+  for (std::thread& t : sink.work) t.join();
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(sink.got[i], Bytes(g.page(), i)) << "page " << i;
+  std::map<const uint8_t*, int> uses;
+  for (const auto& h : sink.handed) ++uses[h.first];
+  const bool reused = std::any_of(uses.begin(), uses.end(), [](auto& u) { return u.second > 1; });
+  EXPECT_TRUE(reused) << "no memory handed over twice: the contract would be looser than it says";
 }
 
 TEST_F(LayerReadsTest, CorruptChunkFailsItsPageAfterOnlyTheLayersBeforeIt) {

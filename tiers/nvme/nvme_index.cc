@@ -140,6 +140,11 @@ absl::StatusOr<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& di
   options.max_background_jobs = 2;
   options.keep_log_file_num = 2;
   options.max_log_file_size = 1 << 20;
+  // Index records are ~100 bytes: an 8 MiB memtable holds ~80k of them. The
+  // default 64 MiB made the daemon's RSS climb for most of an hour before
+  // the first flush (the soak's hour run, docs/BENCHMARKS.md), which looks
+  // like a leak and costs 56 MiB per daemon for nothing.
+  options.write_buffer_size = 8 << 20;
   // A truncated WAL tail after a crash is expected, not corruption.
   options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   rocksdb::DB* db = nullptr;

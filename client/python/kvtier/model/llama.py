@@ -119,6 +119,8 @@ class LlamaModel:
         kv head, K not repeated); a block of queries only reads the keys it can see."""
         c = self.config
         n, d, hkv, g = q.shape[0], c.head_dim, c.num_key_value_heads, c.group
+        if n == 1 and g == 1:
+            return self._attention_one(q, k, v, start)
         rows = q.view(n, hkv, g, d).transpose(0, 1).reshape(hkv, n * g, d)  # row = pos * g + r
         kt, out = k.transpose(1, 2), []
         for j0 in range(0, n, _Q_CHUNK):
@@ -135,6 +137,27 @@ class LlamaModel:
             out.append(torch.bmm(torch.softmax(s, dim=-1), v[:, :seen]))
         o = torch.cat(out, dim=1) if len(out) > 1 else out[0]  # [kv_heads][n * g][d]
         return o.view(hkv, n, g, d).transpose(0, 1).reshape(n, c.num_attention_heads * d)
+
+    def _attention_one(self, q, k, v, start):
+        """_attention of one query with one query head per kv head (the token
+        after a restore, every decode step): a matrix-vector product per head
+        (BLAS sgemv), which torch's bmm does ~2x slower for one row (restored
+        TTFT of 2,048 tokens, 124m: median 41 vs 49 ms over four runs each,
+        docs/BENCHMARKS.md)."""
+        c = self.config
+        hkv, d, seen = c.num_key_value_heads, c.head_dim, start + 1
+        qh = q.view(hkv, d)
+        s = torch.empty(hkv, seen)
+        for h in range(hkv):
+            torch.mv(k[h, :seen], qh[h], out=s[h])
+        s.mul_(self._scale)
+        if self.sliding_window > 0:  # the query at `start` sees keys (start - window, start]
+            s[:, :max(0, seen - self.sliding_window)] = float("-inf")
+        p = torch.softmax(s, dim=-1)
+        o = torch.empty(hkv, d)
+        for h in range(hkv):
+            torch.mv(v[h, :seen].t(), p[h], out=o[h])
+        return o.view(1, hkv * d)
 
     def _workspace(self, tokens):
         """self._kv_work with room for `tokens` positions (grown by whole pages)."""
