@@ -22,9 +22,6 @@ PagePlacement::PagePlacement(std::vector<uint64_t> offsets,
     const uint64_t end = r.buffer_offset() + r.length();
     extent_ = std::max(extent_, end < r.length() ? UINT64_MAX : end);
   }
-  uniform_ = runs_.empty() ? 0 : runs_[0].length;
-  for (const Run& r : runs_)
-    if (r.length != uniform_) uniform_ = 0;
   auto by_offset = [](const Run& a, const Run& b) { return a.buffer_offset < b.buffer_offset; };
   if (!std::is_sorted(runs_.begin(), runs_.end(), by_offset)) {
     by_buffer_ = runs_;
@@ -34,25 +31,21 @@ PagePlacement::PagePlacement(std::vector<uint64_t> offsets,
 
 namespace {
 
-// Whole runs of one size known at compile time: a few vector moves each
-// instead of a memcpy call (an engine's page is thousands of 256-byte head
-// rows). `to(run)`/`from(run)` give each run's destination and source.
-template <uint64_t kLen, typename To, typename From>
-void CopyFixed(absl::Span<const PagePlacement::Run> runs, To to, From from) {
-  for (const PagePlacement::Run& r : runs) std::memcpy(to(r), from(r), kLen);
-}
-
-// Copies every run whole, specialised for the usual head-row sizes.
-template <typename To, typename From>
-void CopyAll(absl::Span<const PagePlacement::Run> runs, uint64_t uniform, To to, From from) {
-  switch (uniform) {
-    case 64: return CopyFixed<64>(runs, to, from);
-    case 128: return CopyFixed<128>(runs, to, from);
-    case 256: return CopyFixed<256>(runs, to, from);
-    case 512: return CopyFixed<512>(runs, to, from);
-    default:
-      for (const PagePlacement::Run& r : runs) std::memcpy(to(r), from(r), r.length);
+// Calls piece(buffer_offset, done, len) for each run-sized piece of page
+// bytes [at, at + n), in page order (`done`: bytes before it); stops at the
+// first piece it refuses.
+template <typename Piece>
+bool EachPiece(absl::Span<const PagePlacement::Run> runs, uint64_t at, uint64_t n, Piece piece) {
+  auto it = std::upper_bound(runs.begin(), runs.end(), at, [](uint64_t v, const auto& r) {
+    return v < r.page_offset + r.length;
+  });
+  for (uint64_t done = 0; done < n && it != runs.end(); ++it) {
+    const uint64_t skip = at + done - it->page_offset;
+    const uint64_t len = std::min(n - done, it->length - skip);
+    if (!piece(it->buffer_offset + skip, done, len)) return false;
+    done += len;
   }
+  return true;
 }
 
 }  // namespace
@@ -133,42 +126,25 @@ bool PagePlacement::Write(ClientBuffer& buffer, size_t key, uint64_t at, const u
   const uint64_t base = offsets_[key];
   if (runs_.empty()) return buffer.Write(base + at, src, n);
   if (buffer.MappedWrites(base + extent_)) {
-    // Warm memory: every run through the mapping under one guard (an
-    // engine's page can be thousands of 256-byte runs).
+    // Warm memory: every run through the mapping under one guard.
     return GuardedRun([&] { CopyRuns(buffer.data() + base, at, src, n); });
   }
-  // The first run that ends past `at`, then on while bytes remain.
-  auto it = std::upper_bound(runs_.begin(), runs_.end(), at,
-                             [](uint64_t v, const Run& r) { return v < r.page_offset + r.length; });
-  for (; n > 0 && it != runs_.end(); ++it) {
-    const uint64_t skip = at - it->page_offset;
-    const uint64_t len = std::min(n, it->length - skip);
-    if (!buffer.Write(base + it->buffer_offset + skip, src, len)) return false;
-    src += len;
-    at += len;
-    n -= len;
-  }
-  return true;
+  return EachPiece(runs_, at, n, [&](uint64_t off, uint64_t done, uint64_t len) {
+    return buffer.Write(base + off, src + done, len);
+  });
 }
 
 void PagePlacement::CopyRuns(uint8_t* key_base, uint64_t at, const uint8_t* src,
                              uint64_t n) const {
   if (at == 0 && n == runs_.back().page_offset + runs_.back().length) {  // the whole page
-    CopyAll(
-        by_buffer_.empty() ? runs_ : by_buffer_, uniform_, [&](const Run& r) { return key_base + r.buffer_offset; },
-        [&](const Run& r) { return src + r.page_offset; });
+    for (const Run& r : BufferOrder())
+      std::memcpy(key_base + r.buffer_offset, src + r.page_offset, r.length);
     return;
   }
-  auto it = std::upper_bound(runs_.begin(), runs_.end(), at,
-                             [](uint64_t v, const Run& r) { return v < r.page_offset + r.length; });
-  for (; n > 0 && it != runs_.end(); ++it) {
-    const uint64_t skip = at - it->page_offset;
-    const uint64_t len = std::min(n, it->length - skip);
-    std::memcpy(key_base + it->buffer_offset + skip, src, len);
-    src += len;
-    at += len;
-    n -= len;
-  }
+  EachPiece(runs_, at, n, [&](uint64_t off, uint64_t done, uint64_t len) {
+    std::memcpy(key_base + off, src + done, len);
+    return true;
+  });
 }
 
 const uint8_t* PagePlacement::Contiguous(const ClientBuffer& buffer, size_t key) const {
@@ -182,10 +158,7 @@ void PagePlacement::Gather(const ClientBuffer& buffer, size_t key, uint8_t* dst,
     std::memcpy(dst, base, page_bytes);
     return;
   }
-  CopyAll(
-      by_buffer_.empty() ? runs_ : by_buffer_, uniform_,
-      [&](const Run& r) { return dst + r.page_offset; },
-      [&](const Run& r) { return base + r.buffer_offset; });
+  for (const Run& r : BufferOrder()) std::memcpy(dst + r.page_offset, base + r.buffer_offset, r.length);
 }
 
 }  // namespace kvtier::daemon

@@ -32,6 +32,15 @@ class PagePlacement {
   // (count, non-empty runs); Check does the rest.
   PagePlacement(std::vector<uint64_t> offsets,
                 const google::protobuf::RepeatedPtrField<wire::PageRun>& runs);
+  // What a buffer GET or PUT (wire::Get, wire::Put) names: its offsets,
+  // page_runs and deadline_ns.
+  template <typename Msg>
+  static PagePlacement Of(const Msg& m) {
+    PagePlacement p(std::vector<uint64_t>(m.offsets().begin(), m.offsets().end()),
+                    m.page_runs());
+    p.deadline_ns_ = m.deadline_ns();
+    return p;
+  }
 
   // The runs cover exactly `page_bytes`, and every byte of every key lies
   // inside `buffer` (OutOfRange naming the key, run and range otherwise;
@@ -45,7 +54,6 @@ class PagePlacement {
   // in ns, 0 none): past it, nothing more is copied into or out of the
   // buffer, so a client that gave up on the call knows its memory is its
   // own again. Checked before each page's copy.
-  void set_deadline_ns(uint64_t ns) { deadline_ns_ = ns; }
   bool Expired() const { return deadline_ns_ != 0 && MonotonicNs() > deadline_ns_; }
   // DeadlineExceeded naming `op` when Expired().
   absl::Status CheckDeadline(absl::string_view op) const;
@@ -67,11 +75,11 @@ class PagePlacement {
  private:
   // Bytes [at, at + n) of a page whose runs start at key_base (unguarded).
   void CopyRuns(uint8_t* key_base, uint64_t at, const uint8_t* src, uint64_t n) const;
+  absl::Span<const Run> BufferOrder() const { return by_buffer_.empty() ? runs_ : by_buffer_; }
 
   std::vector<uint64_t> offsets_;
   std::vector<Run> runs_;  // in page order, tiling the page
   uint64_t extent_ = 0;    // bytes from a key's offset its runs reach
-  uint64_t uniform_ = 0;   // every run's length when they are all one size
   // The runs in buffer order: a whole page is copied in that order, so the
   // client's memory is written (or read) front to back. Empty when runs_
   // already are.

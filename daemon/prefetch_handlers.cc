@@ -231,9 +231,7 @@ absl::Status Daemon::SubmitPolicyGet(Session& s, const DecodedRequest& d,
   job->routing_id = routing_id;
   job->ns = s.ns;
   job->keys = d.keys;
-  job->place = PagePlacement(std::vector<uint64_t>(g.offsets().begin(), g.offsets().end()),
-                             g.page_runs());
-  job->place.set_deadline_ns(g.deadline_ns());
+  job->place = PagePlacement::Of(g);
   RETURN_IF_ERROR(job->place.CheckDeadline("GET"));
   job->page_bytes = s.page_bytes;
   job->layer_bytes = s.layout->LayerBytes();

@@ -16,9 +16,7 @@ namespace {
 template <typename Msg>
 absl::StatusOr<PagePlacement> Placement(absl::string_view op, const ClientBuffer& buffer,
                                         const Msg& m, uint64_t page_bytes) {
-  PagePlacement place(std::vector<uint64_t>(m.offsets().begin(), m.offsets().end()),
-                      m.page_runs());
-  place.set_deadline_ns(m.deadline_ns());
+  PagePlacement place = PagePlacement::Of(m);
   RETURN_IF_ERROR(place.CheckDeadline(op));  // e.g. queued while the daemon was stopped
   if (place.scattered() && buffer.on_device())
     return absl::FailedPreconditionError(absl::StrCat(

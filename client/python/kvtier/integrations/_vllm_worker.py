@@ -57,7 +57,7 @@ class WorkerSide:
                                     timeout_ms=self.cfg.timeout_ms,
                                     client_name=f"vllm-worker-{self.rank}")
         self.mover = PageMover(self.client, kv, self.cfg.staging_pages)
-        if getattr(self.cfg, "direct", False) and kv.device.type == "cpu":
+        if self.cfg.direct and kv.device.type == "cpu":
             # Before the engine runs a step: sharing copies the tensors' pages
             # and maps shared memory over them (a write meanwhile is lost).
             try:
@@ -138,12 +138,14 @@ class WorkerSide:
         if self.mover.direct is not None:
             # Pages in the shared KV memory are PUT from the blocks now: the
             # engine may reuse the blocks once the daemon has read them.
-            direct = [p for p in pages if self.mover.direct.fits(p.blocks)]
+            direct, staged = [], []
+            for p in pages:
+                (direct if self.mover.direct.fits(p.blocks) else staged).append(p)
             if direct:
                 lost = self.mover.put_direct(direct)
                 self.stats["pages_saved"] += len(direct) - len(lost)
                 self.stats["pages_not_saved"] += len(lost)
-                pages = [p for p in pages if not self.mover.direct.fits(p.blocks)]
+            pages = staged
         queued = 0
         try:
             # Waits at most one daemon call for staging slots: a slow or dead
