@@ -9,7 +9,8 @@
 #     same pages through a registered ShmBuffer (target >= 0.8).
 #  2. SGLang: KvtierStorage (v0.5.6 stand-in) batch_get_v1 / batch_set_v1 over
 #     a zero-copy host pool vs kvtier.Client get/put of the same parts (>= 0.8).
-#  3. The Python model's restored TTFT of a 2,048-token prompt vs kvtier-generate's,
+#  3. The Python model's restored TTFT of a 2,048-token prompt vs kvtier-generate's
+#     (attention by the paged kernels, as shipped; torch attention printed beside it),
 #     same 124m checkpoint, prompt and daemon (Python / C++ <= 1.5).
 # Prints every figure, its baseline, the ratio and PASS/MISS; exits non-zero
 # only when a correctness check fails. Extra arguments go to the driver

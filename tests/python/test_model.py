@@ -38,9 +38,10 @@ def prompt_of(n, seed=7):
     return [x % 256 for x in mt19937(seed, n)]
 
 
-def session(ckpt, endpoint=None, pages=16, dtype="fp16", timeout_ms=10000):
+def session(ckpt, endpoint=None, pages=16, dtype="fp16", timeout_ms=10000, attention="kernel"):
     return Session(ckpt, tokens_per_page=TPP, kv_dtype=dtype, kv_pages=pages,
-                   use_daemon=endpoint is not None, endpoint=endpoint, timeout_ms=timeout_ms)
+                   use_daemon=endpoint is not None, endpoint=endpoint, timeout_ms=timeout_ms,
+                   attention=attention)
 
 
 def cpp(ckpt, n, seed=7, endpoint=None, runs=1, extra=()):
@@ -57,6 +58,24 @@ def test_greedy_tokens_equal_cpp(ckpt, n, seed):
     s = session(ckpt)
     got = s.generator().generate(prompt_of(n, seed), NEW).tokens
     assert got == want
+
+
+@pytest.mark.parametrize("n,seed", [(100, 7), (160, 3)])
+def test_torch_attention_gives_the_cpp_tokens_too(ckpt, n, seed):
+    """attention="torch" (the pages gathered to fp32, a masked softmax in torch)
+    is the same model as the default kernels: the C++ tokens, and logits within
+    fp32 rounding of the kernels'."""
+    want = cpp(ckpt, n, seed)[1]["tokens"]
+    assert session(ckpt, attention="torch").generator().generate(
+        prompt_of(n, seed), NEW).tokens == want
+    logits = []
+    for attention in ("kernel", "torch"):
+        s = session(ckpt, attention=attention)
+        seq = s.cache.add_sequence()
+        logits.append(s.model.forward(seq, prompt_of(n, seed)))
+    assert torch.allclose(logits[0], logits[1], atol=1e-3, rtol=1e-4)
+    with pytest.raises(ModelError, match="attention 'flash' is not one of kernel, torch"):
+        session(ckpt, attention="flash")
 
 
 def test_mt19937_matches_std():

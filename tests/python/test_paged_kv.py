@@ -129,3 +129,81 @@ def test_full_arena_and_rollback_leave_the_cache_consistent():
     c.remove_sequence(a)
     c.remove_sequence(b)
     assert c.free_pages == 3
+
+
+def _reference_attention(c, seq, layer, start, q, q_heads, window):
+    """Causal GQA softmax attention in float64 over the gathered pages."""
+    n = q.shape[0]
+    k, v = (t.double() for t in c.gather(seq, layer, start + n))  # [H][T][D]
+    qd = q.double().view(n, q_heads, D)
+    out = torch.empty(n, q_heads, D, dtype=torch.float64)
+    for j in range(n):
+        p = start + j
+        lo = max(0, p - window + 1) if window else 0
+        for h in range(q_heads):
+            kv = h // (q_heads // H)
+            s = k[kv, lo:p + 1] @ qd[j, h] / D ** 0.5
+            out[j, h] = torch.softmax(s, 0) @ v[kv, lo:p + 1]
+    return out.view(n, q_heads * D)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("q_heads", [H, 2 * H])  # one query head per kv head, and GQA
+@pytest.mark.parametrize("window", [0, 5])
+def test_kernel_attention_equals_softmax_over_the_pages(dtype, q_heads, window):
+    """PagedKvCache.attention (the C++ decoder's paged kernels over the pages in
+    place) is causal softmax attention over exactly the K/V the pages hold:
+    prefill chunks and single decode queries, partial pages, every page dtype,
+    GQA and a sliding window; pages in a scrambled order."""
+    c, _ = make(pages=6, dtype=dtype)
+    filler = c.add_sequence()  # the sequence's pages are not 0, 1, 2: the block table matters
+    c.reserve(filler, 1)
+    seq = c.add_sequence()
+    g = torch.Generator().manual_seed(5)
+    start = 0
+    for n in (11, 1, 6, 1):  # prefill, decode, a chunk, decode: 19 tokens, a partial third page
+        c.reserve(seq, n)
+        for layer in range(L):
+            c.scatter(seq, layer, start, torch.randn(n, H, D, generator=g),
+                      torch.randn(n, H, D, generator=g))
+        q = torch.randn(n, q_heads * D, generator=g)
+        for layer in (0, L - 1):
+            got = c.attention(seq, layer, start, q, q_heads, float(D ** -0.5), window)
+            want = _reference_attention(c, seq, layer, start, q, q_heads, window)
+            assert got.shape == (n, q_heads * D) and got.dtype == torch.float32
+            assert torch.allclose(got.double(), want, atol=1e-5, rtol=1e-5), (n, layer)
+        c.commit(seq, n)
+        start += n
+    assert c.block_table(seq)[0] != 0
+
+
+def test_kernel_attention_refuses_what_does_not_fit():
+    """Every size the native call takes from Python is checked before a kernel
+    reads a byte: a clear error naming the field, the cache unchanged."""
+    c, _ = make(pages=2, dtype="fp16")
+    seq = c.add_sequence()
+    c.reserve(seq, 4)
+    q = torch.zeros(4, H * D)
+    with pytest.raises(KvCacheError, match="need more than its 1 pages"):
+        c.attention(seq, 0, 5, q, H, 0.5)
+    native, arena, layout = kvtier._native, c._kernel_arena, c._kernel_layout
+    table = torch.tensor(c.block_table(seq), dtype=torch.int32).numpy()
+    out = torch.empty(4, H * D).numpy()
+    ok = dict(arena=arena, layout=layout, num_pages=2, layer=0, block_table=table, start=0,
+              q=q.numpy(), out=out, num_q_heads=H, sm_scale=0.5)
+    native.paged_attention(**ok)
+    for change, msg in [
+            (dict(q=torch.zeros(4, H * D, dtype=torch.float64).numpy()), "q must hold float32"),
+            (dict(q=torch.zeros(4 * H * D + 1).numpy()), "not a positive multiple"),
+            (dict(q=torch.zeros(8, H * D).numpy()[::2]), "q must be contiguous"),
+            (dict(out=torch.empty(3, H * D).numpy()), "out has"),
+            (dict(num_q_heads=3), "not a positive multiple of kv_heads"),
+            (dict(layer=L), f"layer {L} of a {L}-layer"),
+            (dict(num_pages=3), "must be writable and hold"),
+            (dict(arena=bytes(arena.nbytes)), "must be writable"),
+            (dict(block_table=torch.zeros(1, dtype=torch.int64).numpy()), "int32"),
+            (dict(start=TPP), "need 2")]:
+        with pytest.raises(ValueError, match=msg):
+            native.paged_attention(**{**ok, **change})
+    with pytest.raises(kvtier.InvalidArgument):  # a page outside the arena: the kernel says no
+        native.paged_attention(**{**ok, "block_table": torch.tensor([7], dtype=torch.int32).numpy()})

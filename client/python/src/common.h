@@ -68,5 +68,6 @@ void BindKeys(py::module_& m);
 void BindBuffers(py::module_& m);
 void BindClient(py::module_& m);
 void BindDevice(py::module_& m);
+void BindKernels(py::module_& m);
 
 }  // namespace kvtier::py

@@ -10,6 +10,7 @@ PYBIND11_MODULE(_native, m) {
   kvtier::py::BindBuffers(m);
   kvtier::py::BindClient(m);
   kvtier::py::BindDevice(m);
+  kvtier::py::BindKernels(m);
   // The one version of the project (CMake's project(VERSION)), so the
   // package, the programs and the .deb never disagree.
   m.attr("__version__") = KVTIER_VERSION;

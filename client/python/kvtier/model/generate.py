@@ -12,7 +12,7 @@ import kvtier
 import torch
 
 from .generator import Generator, bytes_to_text
-from .llama import LlamaModel
+from .llama import ATTENTION, LlamaModel
 from .paged_kv import KV_DTYPES, PagedKvCache
 from .prefix_store import PrefixStore
 from .weights import load_checkpoint, model_fingerprint
@@ -47,7 +47,7 @@ class Session:
 
     def __init__(self, model_dir, tokens_per_page=256, kv_dtype="fp16", kv_pages=64,
                  use_daemon=True, endpoint=None, tenant="default", token="", timeout_ms=10000,
-                 sliding_window=None):
+                 sliding_window=None, attention="kernel"):
         self.weights = load_checkpoint(model_dir)
         c = self.weights.config
         # A window given here changes every page's KV past it, so it goes into
@@ -62,7 +62,8 @@ class Session:
         self.arena = kvtier.ShmBuffer(PagedKvCache.arena_bytes(self.layout.page_bytes, kv_pages))
         self.cache = PagedKvCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
                                   tokens_per_page, kv_dtype, kv_pages, self.arena)
-        self.model = LlamaModel(self.weights, self.cache, sliding_window)  # None: config's
+        self.model = LlamaModel(self.weights, self.cache, sliding_window,  # None: config's
+                                attention=attention)
         self.store, self.daemon_note = None, ""
         self.fingerprint = model_fingerprint(self.weights)
         if not use_daemon:
@@ -118,6 +119,9 @@ def _parser():
     a("--sliding_window", type=int, default=-1,
       help="attention window in tokens (0: full; -1: config.json's sliding_window, full when "
            "it has none)")
+    a("--attention", default="kernel", choices=ATTENTION,
+      help="kernel: kvtier's paged-attention kernels (kvtier-generate's) read the page dtype in "
+           "place; torch: gather the pages to fp32 and attend with torch ops")
     a("--runs", type=int, default=1, help="serve the prompt this many times (reuse shows from run 2)")
     a("--no_daemon", type=_bool, nargs="?", const=True, default=False,
       help="do not contact kvtierd")
@@ -183,7 +187,8 @@ def main(argv=None):
         s = Session(args.model, args.tokens_per_page, args.kv_dtype, pages,
                     use_daemon=not args.no_daemon, endpoint=args.endpoint or None,
                     tenant=args.tenant, token=args.token,
-                    sliding_window=None if args.sliding_window < 0 else args.sliding_window)
+                    sliding_window=None if args.sliding_window < 0 else args.sliding_window,
+                    attention=args.attention)
     except (OSError, ValueError, RuntimeError, kvtier.Error) as e:
         print(f"kvtier.model.generate: {e}", file=sys.stderr)
         return 1

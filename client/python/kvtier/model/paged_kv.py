@@ -9,6 +9,8 @@
 # Not thread-safe: one model thread drives it.
 import torch
 
+from .. import _native
+
 __all__ = ["ARENA_HEADER_BYTES", "KV_DTYPES", "KvCacheError", "PagedKvCache"]
 
 ARENA_HEADER_BYTES = 4096
@@ -62,6 +64,10 @@ class PagedKvCache:
         self.pages.zero_()  # touch it now: the first prefill measures work, not faults
         self._free = list(range(num_pages - 1, -1, -1))  # a stack, as the C++ cache
         self._seqs = {}
+        # The pages as the kernels see them (paged_attention): the arena past
+        # the header, and its layout.
+        self._kernel_arena = whole[ARENA_HEADER_BYTES:].numpy()
+        self._kernel_layout = _native.Layout(layers, kv_heads, head_dim, tokens_per_page, dtype)
         self._next_id = 1
 
     # -- sizes and offsets -------------------------------------------------
@@ -188,3 +194,21 @@ class PagedKvCache:
             t0, t1 = i * tpp, min(end, (i + 1) * tpp)
             out[:, :, t0:t1].copy_(self.pages[page, layer, :, :, :t1 - t0])
         return out[0, :, :end], out[1, :, :end]
+
+    def attention(self, seq, layer, start, q, num_q_heads, sm_scale, sliding_window=0):
+        """Causal attention of fp32 queries q [n][num_q_heads * head_dim] at
+        positions [start, start + n) of `seq` over `layer`'s K/V in the pages
+        (the queries' own K/V scattered first) -> fp32 [n][num_q_heads * head_dim].
+        The C++ decoder's CPU paged-attention kernels read the page dtype in
+        place: nothing is gathered or converted to fp32 first."""
+        s = self._find(seq)
+        if start + q.shape[0] > len(s.blocks) * self.tokens_per_page:
+            raise KvCacheError(f"kv cache: positions up to {start + q.shape[0]} of sequence {seq} "
+                               f"need more than its {len(s.blocks)} pages")
+        out = torch.empty(q.shape)
+        q = q.contiguous()
+        table = torch.tensor(s.blocks, dtype=torch.int32)
+        _native.paged_attention(self._kernel_arena, self._kernel_layout, self.num_pages, layer,
+                                table.numpy(), start, q.numpy(), out.numpy(), num_q_heads,
+                                sm_scale, sliding_window)
+        return out
