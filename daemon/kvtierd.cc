@@ -57,6 +57,10 @@ ABSL_FLAG(bool, nvme_reclaim_copies_first, false, "when NVMe needs room, first d
 ABSL_FLAG(double, clean_fraction, 0.10, "the evictor keeps this fraction of each RAM tier written back to NVMe (clean) ahead of need, so requests make room without disk writes; 0: off");
 ABSL_FLAG(double, low_watermark, 0.90, "background eviction stops below this fraction of a tier");
 ABSL_FLAG(int, copy_threads, 2, "copy engine worker threads");
+ABSL_FLAG(std::string, eviction, "lru",
+          "eviction policy: lru, or 2q (pages read or PUT again are protected from a flood of "
+          "one-off pages; docs/OPERATIONS.md, \"Eviction policies\"); one for every tier, or per "
+          "tier as host=2q,nvme=lru");
 ABSL_FLAG(std::string, hbm_bytes, "0", "HBM (GPU) tier capacity, e.g. 16GiB; 0 = no HBM tier");
 ABSL_FLAG(std::string, hbm_device, "auto", "device backend: auto (CUDA when a GPU is present and --hbm_bytes > 0, else emulated), cuda, emulated, none");
 ABSL_FLAG(int, hbm_device_ordinal, 0, "CUDA device of the HBM tier and of client GPU buffers");
@@ -162,6 +166,15 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   else if (admission == "reused") c.store.persistent_admission = kvtier::tiers::TierManagerConfig::Admission::kReusedOnly;
   else return absl::InvalidArgumentError("--nvme_admission must be all or reused");
   RETURN_IF_ERROR(RemoteFromFlags(c));
+  {
+    // The tiers this daemon will have, for --eviction's per-tier form.
+    std::vector<kvtier::tiers::TierKind> kinds;
+    ASSIGN_OR_RETURN(uint64_t hbm, BytesFlag(FLAGS_hbm_bytes));
+    if (hbm > 0 && absl::GetFlag(FLAGS_hbm_device) != "none") kinds.push_back(kvtier::tiers::TierKind::kHbm);
+    if (c.host.capacity_bytes > 0) kinds.push_back(kvtier::tiers::TierKind::kHost);
+    if (c.nvme.capacity_bytes > 0) kinds.push_back(kvtier::tiers::TierKind::kNvme);
+    ASSIGN_OR_RETURN(c.store.eviction, kvtier::tiers::ParseEvictionFlag(absl::GetFlag(FLAGS_eviction), kinds));
+  }
   c.store.high_watermark = absl::GetFlag(FLAGS_high_watermark);
   c.store.clean_fraction = absl::GetFlag(FLAGS_clean_fraction);
   c.store.reclaim_copies_first = absl::GetFlag(FLAGS_nvme_reclaim_copies_first);

@@ -36,6 +36,9 @@ void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
   out->set_cleaned(t.cleaned);
   out->set_durability_failures(t.durability_failures);
   out->set_frontend_io(t.io.forbidden_io);
+  out->set_eviction(std::string(tiers::EvictionPolicyName(t.eviction)));
+  out->set_protected_pages(t.protected_pages);
+  out->set_ghost_entries(t.ghost_entries);
   if (t.io.class_ios[0] + t.io.class_ios[1] + t.io.class_ios[2] == 0) return;
   for (size_t c = 0; c < tiers::kIoClasses; ++c) {
     wire::IoClassStats* k = out->add_io_classes();

@@ -19,7 +19,8 @@ TRACE="${TRACE:-tests/data/synthetic_trace.jsonl}"
 # The daemon's default policy (promotion on GET and LOOKUP lookahead on). The
 # NVMe tier is inclusive, so a promoted page keeps its NVMe copy and is not
 # written again when RAM evicts it; KVTIERD_FLAGS adds policy flags (e.g.
-# "--promote_on_get=false --prefetch_lookahead=false").
+# "--promote_on_get=false --prefetch_lookahead=false", "--eviction=2q": the
+# sim then replays the same policy).
 KVTIERD_FLAGS="${KVTIERD_FLAGS-}"
 KVTIERD="${KVTIERD:-$BUILD_DIR/daemon/kvtierd}"
 STRESS="$BUILD_DIR/tools/stress/kvtier-stress"
@@ -94,9 +95,11 @@ PID=""
 SIM="$BUILD_DIR/tools/sim/kvtier-sim"
 if [ -x "$SIM" ] && [ "${NO_SIM:-0}" != 1 ]; then
   SIM_ARGS=()
+  POLICY=lru  # the daemon's --eviction (one policy for every tier), compared with the sim's
   for f in ${KVTIERD_FLAGS}; do
     case "$f" in
       --nvme_admission=*|--promote_on_get=*|--write_policy=*|--high_watermark=*|--low_watermark=*) SIM_ARGS+=("$f") ;;
+      --eviction=*) SIM_ARGS+=("$f"); POLICY="${f#--eviction=}" ;;
     esac
   done
   for a in "$@"; do
@@ -106,12 +109,14 @@ if [ -x "$SIM" ] && [ "${NO_SIM:-0}" != 1 ]; then
   echo "== kvtier-sim at the same capacities: host $HOST_BYTES, NVMe $NVME_BYTES"
   "$SIM" --trace="$TRACE" --host_pages="$HOST_BYTES" --nvme_pages="$NVME_BYTES" \
     --page_bytes="$page_bytes" --capacities= --json_out="$BUILD_DIR/replay_sim.json" \
-    "${SIM_ARGS[@]}" >/dev/null && python3 - "$BUILD_DIR/replay.json" "$BUILD_DIR/replay_sim.json" <<'PY'
+    "${SIM_ARGS[@]}" >/dev/null && python3 - "$BUILD_DIR/replay.json" "$BUILD_DIR/replay_sim.json" "$POLICY" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))
-s = json.load(open(sys.argv[2])).get("two_tier", {}).get("lru", {})
+tt, policy = json.load(open(sys.argv[2])).get("two_tier", {}), sys.argv[3]
+s = tt.get("lru", {}) if policy == "lru" else tt.get("policies", {}).get(policy, {})
 if "hit_rate" not in s:
-    sys.exit("kvtier-sim wrote no two_tier.lru.hit_rate")
+    sys.exit(f"kvtier-sim wrote no two-tier hit rate for eviction policy {policy}")
+print(f"  eviction policy {policy}")
 mt, st = m["hit_rate"]["by_tier"], s.get("tier_hit_rate", {})
 print(f"  measured  {100*m['hit_rate']['overall']:.2f}%  (host {100*mt['host']:.2f}%, nvme {100*mt['nvme']:.2f}%)")
 print(f"  kvtier-sim {100*s['hit_rate']:.2f}%  (host {100*st.get('host', 0):.2f}%, nvme {100*st.get('nvme', 0):.2f}%)")

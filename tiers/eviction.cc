@@ -225,6 +225,7 @@ size_t TierManager::Impl::DemoteBatch(size_t t, size_t max_pages, uint64_t targe
 }
 
 size_t TierManager::Impl::DropAndUnlock(IndexShard& shard, PageEntry* e, size_t t) {
+  shard.RememberEvictedLocked(e);
   DetachEntryLocked(shard, e);
   const bool free_now = e->pins == 0;
   const bool counted = e->flags & PageEntry::kCountedInParent;

@@ -19,11 +19,20 @@
 //    locks the shards that may hold the best victim, usually one, not all.
 // The rules every pick keeps (pinned and held pages never go, filters, leaf
 // first, reserves) live in one place: the list scan in page_index.cc.
+//
+// The tier list's order is the tier's eviction policy (eviction_policy.h):
+// under lru one list; under 2q the same links on one of two lists,
+// probation (`all`) and protected (`prot`), a page's kProtected flag saying
+// which, plus a ghost of fingerprints per shard and tier. Every list stays
+// ordered by stamp, and a victim's rank is its stamp with protected pages
+// ranked after every probation page (VictimRank), so the cross-shard pick
+// and the oldest-page hints work unchanged. Namespace lists stay LRU.
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstddef>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -34,6 +43,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "kvtier/page_key.h"
+#include "tiers/eviction_policy.h"
 #include "tiers/huge_pages.h"
 #include "tiers/lru.h"
 #include "tiers/tier.h"
@@ -78,6 +88,9 @@ struct alignas(64) PageEntry {
   // `backup` holds a durable copy in the last (persistent) tier: the page is
   // *clean* there and leaves a RAM tier without a write (inclusive NVMe).
   static constexpr uint8_t kHasBackup = 16;
+  // On its tier's protected list (2q: reused since it entered the tier);
+  // never set under lru or for a namespace with a reserve in the tier.
+  static constexpr uint8_t kProtected = 32;
   bool detached() const { return flags & kDetached; }
   bool clean() const { return flags & kHasBackup; }
 };
@@ -115,10 +128,17 @@ struct EntryEq {
 // complements, the cleaner's work lists.
 enum class VictimFilter : uint8_t { kAny, kClean, kCleanOrUnreused, kDirty, kDirtyReused };
 
+// Where a page stands in eviction order across lists and shards (lower goes
+// first): its stamp, with a 2q protected page after every probation page.
+inline constexpr uint64_t kProtectedRank = uint64_t{1} << 63;
+inline uint64_t VictimRank(const PageEntry* e) {
+  return e->stamp | ((e->flags & PageEntry::kProtected) ? kProtectedRank : 0);
+}
+
 // An eviction candidate found in one shard.
 struct Victim {
   PageEntry* entry = nullptr;
-  uint64_t stamp = UINT64_MAX;
+  uint64_t stamp = UINT64_MAX;  // VictimRank
   bool leaf = false;
   // Leaves first, then older.
   bool BetterThan(const Victim& o) const {
@@ -159,15 +179,32 @@ class IndexShard {
   void InsertLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Removes from the map and its lists and marks it detached.
   void DetachLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Restamps a present entry and moves it to the head of its lists.
-  void TouchLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Restamps a present entry and moves it to the head of its lists. `reused`:
+  // the page is being read or PUT again (a GET's pin, a dedup), which under
+  // 2q moves it to the protected list; other touches (a prefetch, a parent
+  // after its child's commit) keep it in its own segment.
+  void TouchLocked(PageEntry* e, uint64_t stamp, bool reused = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // TouchLocked with a stamp taken before this lock (TierManager::Lookup
   // takes one block of stamps for a whole chain): e goes below the pages
   // stamped since, so each list stays ordered by stamp. A no-op when e is
   // already newer (touched since by someone else).
   void RestampLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Moves a present entry to `tier`'s lists with a fresh stamp (demotion).
-  void MoveTierLocked(PageEntry* e, uint8_t tier, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Moves a present entry to `tier`'s lists with a fresh stamp. A move up (a
+  // promotion: the page is being read) enters protected under 2q; a move
+  // down is an eviction from the old tier (its ghost remembers the page) and
+  // an arrival in the new one (probation, unless its ghost there knows it).
+  // `slot` is its slot there.
+  void MoveTierLocked(PageEntry* e, uint8_t tier, const Slot& slot, uint64_t stamp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `e` is about to leave its tier by eviction (then DetachLocked): under 2q
+  // a probation page leaves its fingerprint in the tier's ghost.
+  void RememberEvictedLocked(const PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The tier's policy and, for 2q, the bytes of this shard's protected
+  // pages beyond which the oldest fall back to probation; set before the
+  // tier holds pages (TierManager's constructor), fixed afterwards.
+  void SetPolicyLocked(uint8_t tier, EvictionPolicy policy, uint64_t protected_cap)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Namespace `ns` has a reserve in `tier`: its pages there stay out of the
   // tier list. Call before ns has pages (AddNamespace); fixed afterwards.
   void MarkReservedLocked(uint8_t tier, NamespaceId ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -190,7 +227,11 @@ class IndexShard {
   // its lists (backups of hot RAM pages are the NVMe tier's cheapest room).
   PageEntry* FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Stamp of the oldest page of `tier` in this shard (UINT64_MAX: none),
+  // Pages of `tier` on its protected list, and fingerprints in its ghost (2q).
+  size_t ProtectedLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  size_t GhostLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // VictimRank of the first page of `tier` in this shard (UINT64_MAX: none),
   // read without the lock: a hint for choosing which shard to scan, exact
   // only while no other thread changes the shard.
   uint64_t OldestStamp(uint8_t tier) const { return oldest_[tier].load(std::memory_order_relaxed); }
@@ -224,9 +265,30 @@ class IndexShard {
  private:
   using NsList = LruList<PageEntry, &PageEntry::ns_links>;
   using TierList = LruList<PageEntry, &PageEntry::tier_links>;
+  // 2q's ghost: fingerprints of pages evicted from probation, oldest first
+  // out (a ring over a set; 16 bytes an entry with the set's slot).
+  struct Ghost {
+    std::deque<uint64_t> order;
+    absl::flat_hash_set<uint64_t> set;
+    void Push(uint64_t f, size_t cap);
+    bool Take(uint64_t f);  // true (and forgets it) when present
+  };
   // One tier's lists in this shard.
   struct TierLists {
-    TierList all;                       // pages of namespaces without a reserve here
+    EvictionPolicy policy = EvictionPolicy::kLru;
+    // Pages of namespaces without a reserve here: every one under lru, the
+    // probation segment under 2q.
+    TierList all;
+    TierList prot;  // 2q's protected segment
+    // 2q: bytes on the protected list, and their limit: this shard's share.
+    // (One limit for all shards, over a shared counter, did no better in
+    // kvtier-sim and put an atomic shared by every shard on each read.)
+    uint64_t prot_bytes = 0;
+    uint64_t prot_cap_bytes = UINT64_MAX;
+    Ghost ghost;
+    // The page a tier-wide pick looks at first: probation's tail, else
+    // protected's (the oldest-page hint's page).
+    PageEntry* First() const { return all.empty() ? prot.tail() : all.tail(); }
     std::vector<NsList> by_ns;          // every page, by namespace; grown on demand
     std::vector<NamespaceId> reserved;  // namespaces with a reserve here
     std::vector<bool> is_reserved;      // by namespace
@@ -235,8 +297,9 @@ class IndexShard {
   };
   TierLists& Lists(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Links e at the head of its lists / takes it out of them, keeping the
-  // oldest-stamp hint of its tier.
-  void LinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // oldest-page hint of its tier. `protect`: on the protected list, if the
+  // tier's policy has one (then overflowing protected pages fall back).
+  void LinkLocked(PageEntry* e, bool protect = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void UnlinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void UpdateOldestLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
@@ -259,6 +322,10 @@ class PageIndex {
   uint32_t ShardIndex(NamespaceId ns, const PageKey& key) const;
   // MarkReservedLocked in every shard.
   void MarkReserved(uint8_t tier, NamespaceId ns);
+  // SetPolicyLocked in every shard, each shard's protected pages limited to
+  // k2qProtectedShare of its share of `bytes` (the tier's low watermark:
+  // what it holds once the evictor has run).
+  void SetPolicy(uint8_t tier, EvictionPolicy policy, uint64_t bytes);
 
  private:
   std::vector<std::unique_ptr<IndexShard>> shards_;

@@ -49,9 +49,8 @@ void TierManager::Impl::SwitchTierLocked(IndexShard& shard, PageEntry* e, size_t
     a.pinned_pages.fetch_sub(1, std::memory_order_relaxed);
     b.pinned_pages.fetch_add(1, std::memory_order_relaxed);
   }
-  e->slot = slot;
   // A fresh stamp in the new tier: pages arrive there in the order they move.
-  shard.MoveTierLocked(e, static_cast<uint8_t>(to), NextStamp());
+  shard.MoveTierLocked(e, static_cast<uint8_t>(to), slot, NextStamp());
   if (was_clean && keep_backup && !IsBackupTier(to)) SetBackupLocked(shard, e, e->backup);
 }
 

@@ -101,7 +101,7 @@ TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageK
   absl::MutexLock lock(&shard.mu);
   if (PageEntry* e = shard.FindLocked(ns, key)) {
     e->flags |= PageEntry::kReused;
-    shard.TouchLocked(e, NextStamp());
+    shard.TouchLocked(e, NextStamp(), /*reused=*/true);
     return Claim::kPresent;
   }
   if (std::shared_ptr<KeyInFlight>* h = shard.InFlightLocked(ns, key)) {

@@ -73,6 +73,12 @@ TierManager::Impl::Impl(const TierManagerConfig& c, std::vector<std::unique_ptr<
     tiers.push_back(std::move(s));
   }
   for (size_t i = 0; i < tiers.size(); ++i) {
+    auto p = c.eviction.find(tiers[i]->tier->kind());
+    index.SetPolicy(static_cast<uint8_t>(i),
+                    p == c.eviction.end() ? EvictionPolicy::kLru : p->second,
+                    tiers[i]->low_bytes);
+  }
+  for (size_t i = 0; i < tiers.size(); ++i) {
     if (tiers[i]->tier->Region().first != nullptr) {
       promote_to = i;
       break;
@@ -112,6 +118,13 @@ absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
   }
   for (const auto& t : tiers) {
     if (t == nullptr) return absl::InvalidArgumentError("null tier");
+  }
+  for (const auto& [kind, policy] : config.eviction) {
+    if (std::none_of(tiers.begin(), tiers.end(), [&](const auto& t) { return t->kind() == kind; })) {
+      return absl::InvalidArgumentError(absl::StrCat("eviction policy ", EvictionPolicyName(policy),
+                                                     " for tier ", std::string(TierName(kind)),
+                                                     ", which the store does not have"));
+    }
   }
   auto impl = std::make_unique<Impl>(config, std::move(tiers));
   impl->shared = shared;  // before the evictor, which publishes to it
@@ -180,7 +193,7 @@ std::optional<PagePin> TierManager::PinForRead(NamespaceId ns, const PageKey& ke
     if (e != nullptr) {
       impl_->PinLocked(e);
       e->flags |= PageEntry::kReused;
-      shard.TouchLocked(e, impl_->NextStamp());
+      shard.TouchLocked(e, impl_->NextStamp(), /*reused=*/true);
       found_tier = e->tier;
     }
   }
@@ -242,8 +255,19 @@ uint64_t TierManager::MaxPageBytes() const {
 
 StoreSnapshot TierManager::Snapshot() const {
   StoreSnapshot snap;
-  for (const auto& t : impl_->tiers) {
+  for (size_t i = 0; i < impl_->tiers.size(); ++i) {
+    const auto& t = impl_->tiers[i];
     TierSnapshot ts;
+    auto policy = impl_->config.eviction.find(t->tier->kind());
+    ts.eviction = policy == impl_->config.eviction.end() ? EvictionPolicy::kLru : policy->second;
+    if (ts.eviction != EvictionPolicy::kLru) {
+      for (uint32_t s = 0; s < impl_->index.num_shards(); ++s) {
+        IndexShard& shard = impl_->index.shard(s);
+        absl::MutexLock lock(&shard.mu);
+        ts.protected_pages += shard.ProtectedLocked(static_cast<uint8_t>(i));
+        ts.ghost_entries += shard.GhostLocked(static_cast<uint8_t>(i));
+      }
+    }
     ts.kind = t->tier->kind();
     ts.backing = t->tier->backing();
     ts.capacity_bytes = t->tier->capacity_bytes();

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvtier/page_key.h"
+#include "tiers/eviction_policy.h"
 #include "tiers/shared_cache/shared_cache.h"
 #include "tiers/tier.h"
 
@@ -78,6 +79,9 @@ struct TierManagerConfig {
   // namespaces' reserves in a tier above this fraction of its capacity
   // (the others must still be able to run).
   double max_reserved_fraction = 0.90;
+  // The eviction policy of each tier (eviction_policy.h); a tier not named
+  // here: LRU. Create refuses a kind the store does not have.
+  absl::flat_hash_map<TierKind, EvictionPolicy> eviction;
 
   absl::Status Validate() const;
 };
@@ -360,6 +364,9 @@ struct TierSnapshot {
   uint64_t clean_pages = 0;      // pages here with a durable copy below
   uint64_t cleaned = 0;          // pages the cleaner wrote back
   uint64_t durability_failures = 0;  // PUT pages refused: their durable copy failed
+  EvictionPolicy eviction = EvictionPolicy::kLru;
+  uint64_t protected_pages = 0;  // 2q: pages on the protected lists
+  uint64_t ghost_entries = 0;    // 2q: fingerprints of pages evicted from probation
   TierCounters io;               // the tier's own counters
 };
 

@@ -218,5 +218,27 @@ TEST(SimPolicyTest, RejectsATierOfNoPages) {
   EXPECT_NE(r.status().message().find("at least one page"), std::string::npos);
 }
 
+TEST(SimPolicyTest, TwoQKeepsAPageReadAgainThroughAScanThatLruLosesItTo) {
+  // Capacity 4, one index shard (2q's protected share, 2 pages, is per shard).
+  //   r1 [1] miss, r2 [1] HIT: 1 is read again (2q: protected)
+  //   r3..r8 [2]..[7] misses: a scan of one-off pages
+  //   LRU: r6 evicts 1 (the oldest then); r9 [1] misses.
+  //   2q: the scan cycles through probation; r9 [1] HITS.
+  std::vector<SimRequest> reqs = {Req({1}), Req({1})};
+  for (uint64_t p = 2; p <= 7; ++p) reqs.push_back(Req({p}));
+  reqs.push_back(Req({1}));
+  ReplayConfig c = HandConfig(4);
+  c.store.index_shards = 1;
+  absl::StatusOr<SimResult> lru = ReplayTierManager(reqs, c);
+  ASSERT_TRUE(lru.ok()) << lru.status();
+  EXPECT_EQ(lru->policy, "lru");
+  EXPECT_EQ(lru->hits, 1u);
+  c.store.eviction[tiers::TierKind::kHost] = tiers::EvictionPolicy::k2q;
+  absl::StatusOr<SimResult> q = ReplayTierManager(reqs, c);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->policy, "2q");
+  EXPECT_EQ(q->hits, 2u);
+}
+
 }  // namespace
 }  // namespace kvtier::sim

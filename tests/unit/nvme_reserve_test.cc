@@ -2,11 +2,16 @@
 // device, real RocksDB index): an attacker's flood that demotes into NVMe,
 // and its promotions into host, never take a victim's pages out of a tier
 // below its reserve there. Host-only cases: tiers_reserve_test.cc.
+#include <string>
+#include <tuple>
+
 #include "gtest/gtest.h"
 #include "tests/unit/nvme_test_fixture.h"
 
 namespace kvtier::tiers {
 namespace {
+
+using testing::TestEviction;
 
 constexpr uint64_t kHostPages = 16;
 constexpr uint64_t kNvmePages = 64;
@@ -23,7 +28,9 @@ class ReserveNvmeTest : public NvmeTierTest {
     auto nvme = CreateNvmeTier(nc, nvme::CreateMemoryDevice(nc.capacity_bytes));
     ASSERT_TRUE(nvme.ok()) << nvme.status();
     tiers.push_back(*std::move(nvme));
-    auto m = TierManager::Create(NoThreadConfig(), std::move(tiers));
+    TierManagerConfig config = NoThreadConfig();  // the host tier's policy (TestEviction)
+    config.eviction[TierKind::kNvme] = TestEviction();
+    auto m = TierManager::Create(config, std::move(tiers));
     ASSERT_TRUE(m.ok()) << m.status();
     mgr_ = *std::move(m);
     NamespaceConfig victim;
@@ -63,9 +70,24 @@ class ReserveNvmeTest : public NvmeTierTest {
   }
 };
 
+// The flood tests, under every eviction policy of both tiers.
+class ReserveNvmePolicyTest : public ReserveNvmeTest,
+                              public ::testing::WithParamInterface<EvictionPolicy> {
+ protected:
+  void SetUp() override {
+    TestEviction() = GetParam();
+    ReserveNvmeTest::SetUp();
+  }
+  void TearDown() override {
+    ReserveNvmeTest::TearDown();
+    TestEviction() = EvictionPolicy::kLru;
+  }
+};
+KVTIER_EVERY_POLICY(ReserveNvmePolicyTest);
+
 // The victim ends with pages 12..15 in host and 0..11 plus 16..39 on NVMe;
 // then the attacker floods ten times the store through both tiers.
-TEST_F(ReserveNvmeTest, FloodKeepsReservesInBothTiers) {
+TEST_P(ReserveNvmePolicyTest, FloodKeepsReservesInBothTiers) {
   OpenWithReserves(/*host_reserve=*/4, /*nvme_reserve=*/16);
   if (mgr_ == nullptr) return;
   PutPages("victim", 0, 40);  // 16 in host, the rest straight to NVMe (host not clean)
@@ -85,7 +107,7 @@ TEST_F(ReserveNvmeTest, FloodKeepsReservesInBothTiers) {
   EXPECT_GT(Snap(1).evictions, 0u);
 }
 
-TEST_F(ReserveNvmeTest, WithoutReservesTheFloodTakesEverything) {
+TEST_P(ReserveNvmePolicyTest, WithoutReservesTheFloodTakesEverything) {
   OpenWithReserves(0, 0);
   if (mgr_ == nullptr) return;
   PutPages("victim", 0, 40);
@@ -100,12 +122,14 @@ TEST_F(ReserveNvmeTest, WithoutReservesTheFloodTakesEverything) {
 // The attacker's pages 1008..1031 sit on NVMe; the host holds 8 of the
 // victim's (reserved or not) and 8 of the attacker's. Prefetch promotes with
 // kMayWrite (demoting to make room).
-class ReservePromotionTest : public ReserveNvmeTest,
-                             public ::testing::WithParamInterface<bool> {
+class ReservePromotionTest
+    : public ReserveNvmeTest,
+      public ::testing::WithParamInterface<std::tuple<bool, EvictionPolicy>> {
  protected:
   void SetUp() override {
+    TestEviction() = std::get<1>(GetParam());
     ReserveNvmeTest::SetUp();
-    OpenWithReserves(/*host_reserve=*/GetParam() ? 8 : 0, 0);
+    OpenWithReserves(/*host_reserve=*/reserved() ? 8 : 0, 0);
     if (mgr_ == nullptr) return;
     PutPages("victim", 0, 8);
     PutPages("attacker", 1000, 32);  // 1000..1007 in host, the rest on NVMe
@@ -116,7 +140,11 @@ class ReservePromotionTest : public ReserveNvmeTest,
     for (uint64_t k = 1008; k < 1032; ++k) keys.push_back(Key(k));
     return keys;
   }
-  bool reserved() const { return GetParam(); }
+  bool reserved() const { return std::get<0>(GetParam()); }
+  void TearDown() override {
+    ReserveNvmeTest::TearDown();
+    TestEviction() = EvictionPolicy::kLru;
+  }
 };
 
 TEST_P(ReservePromotionTest, PromotionsOneAtATimeTakeOnlyTheAttackersRoom) {
@@ -146,8 +174,14 @@ TEST_P(ReservePromotionTest, LeasesDoNotTakeReservedRoom) {
   EXPECT_EQ(CountIn("victim", 0, 0, 8), reserved() ? 8u : 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(ReserveOnOff, ReservePromotionTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Reserved" : "Unreserved"; });
+INSTANTIATE_TEST_SUITE_P(
+    ReserveOnOff, ReservePromotionTest,
+    ::testing::Combine(::testing::Bool(),
+                       ::testing::Values(EvictionPolicy::kLru, EvictionPolicy::k2q)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param) ? "Reserved" : "Unreserved") + "_" +
+             std::string(EvictionPolicyName(std::get<1>(info.param)));
+    });
 
 }  // namespace
 }  // namespace kvtier::tiers

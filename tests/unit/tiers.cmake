@@ -5,6 +5,7 @@ kvtier_test(
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/tiers_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_manager_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_eviction_test.cc
+       ${PROJECT_SOURCE_DIR}/tests/unit/tiers_policy_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_concurrency_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_reserve_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_tenants_test.cc

@@ -20,6 +20,11 @@ using testing::Put;
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kTierPages = 16;
 
+// Every test runs under every eviction policy: reserves are the store's
+// promise whatever order its tier lists keep.
+class ReserveTest : public testing::PolicyTest {};
+KVTIER_EVERY_POLICY(ReserveTest);
+
 NamespaceConfig WithReserve(const std::string& name, uint64_t host_reserve_pages,
                             uint64_t host_quota_pages = 0) {
   NamespaceConfig c;
@@ -59,19 +64,19 @@ uint64_t VictimPagesAfterFlood(uint64_t reserve_pages, uint64_t victim_pages) {
   return left;
 }
 
-TEST(ReserveTest, FloodKeepsEveryPageWithinTheReserve) {
+TEST_P(ReserveTest, FloodKeepsEveryPageWithinTheReserve) {
   EXPECT_EQ(VictimPagesAfterFlood(/*reserve_pages=*/6, /*victim_pages=*/6), 6u);
 }
 
-TEST(ReserveTest, FloodTakesPagesAboveTheReserveOldestFirst) {
+TEST_P(ReserveTest, FloodTakesPagesAboveTheReserveOldestFirst) {
   EXPECT_EQ(VictimPagesAfterFlood(/*reserve_pages=*/6, /*victim_pages=*/10), 6u);
 }
 
-TEST(ReserveTest, WithoutAReserveTheFloodTakesEverything) {
+TEST_P(ReserveTest, WithoutAReserveTheFloodTakesEverything) {
   EXPECT_EQ(VictimPagesAfterFlood(/*reserve_pages=*/0, /*victim_pages=*/6), 0u);
 }
 
-TEST(ReserveTest, EvictorStopsAtTheReserve) {
+TEST_P(ReserveTest, EvictorStopsAtTheReserve) {
   auto m = MakeManager({kTierPages}, kPage);
   const NamespaceId victim = Add(*m, WithReserve("victim", 6));
   const NamespaceId other = Add(*m, WithReserve("other", 0));
@@ -85,7 +90,7 @@ TEST(ReserveTest, EvictorStopsAtTheReserve) {
   EXPECT_EQ(m->Snapshot().tiers[0].used_bytes, 6 * kPage);
 }
 
-TEST(ReserveTest, NamespaceBelowItsReserveTakesRoomFromOthers) {
+TEST_P(ReserveTest, NamespaceBelowItsReserveTakesRoomFromOthers) {
   auto m = MakeManager({kTierPages}, kPage);
   const NamespaceId victim = Add(*m, WithReserve("victim", 8));
   const NamespaceId attacker = Add(*m, WithReserve("attacker", 0));
@@ -99,7 +104,7 @@ TEST(ReserveTest, NamespaceBelowItsReserveTakesRoomFromOthers) {
 
 // At its reserve in a full tier, a namespace's next PUT is charged first,
 // so it has one page of headroom: its own oldest page makes the room.
-TEST(ReserveTest, OwnPutAtTheReserveReplacesOwnOldestPage) {
+TEST_P(ReserveTest, OwnPutAtTheReserveReplacesOwnOldestPage) {
   auto m = MakeManager({kTierPages}, kPage);
   const NamespaceId victim = Add(*m, WithReserve("victim", 14));
   const NamespaceId other = Add(*m, WithReserve("other", 0));
@@ -115,7 +120,7 @@ TEST(ReserveTest, OwnPutAtTheReserveReplacesOwnOldestPage) {
 
 // Everything evictable is protected (the rest pinned): a PUT is refused and
 // eviction returns at once, instead of spinning over protected pages.
-TEST(ReserveTest, AllProtectedMeansNoRoom) {
+TEST_P(ReserveTest, AllProtectedMeansNoRoom) {
   auto m = MakeManager({kTierPages}, kPage);
   const NamespaceId victim = Add(*m, WithReserve("victim", 14));
   const NamespaceId attacker = Add(*m, WithReserve("attacker", 0));
@@ -132,7 +137,7 @@ TEST(ReserveTest, AllProtectedMeansNoRoom) {
 
 // The reserve guards against others; the namespace's own quota and an
 // operator's eviction of it are its own choice.
-TEST(ReserveTest, OwnEvictionsMayGoBelowTheReserve) {
+TEST_P(ReserveTest, OwnEvictionsMayGoBelowTheReserve) {
   auto m = MakeManager({kTierPages}, kPage);
   const NamespaceId victim = Add(*m, WithReserve("victim", 6, /*host_quota_pages=*/8));
   for (uint64_t k = 0; k < 20; ++k) ASSERT_TRUE(Put(*m, victim, k, kPage).ok());
@@ -145,7 +150,7 @@ TEST(ReserveTest, OwnEvictionsMayGoBelowTheReserve) {
 
 // The evictor thread and two flooding threads pick victims at once: the
 // claims keep their picks together from going below the reserve.
-TEST(ReserveTest, ConcurrentFloodsAndEvictorKeepTheReserve) {
+TEST_P(ReserveTest, ConcurrentFloodsAndEvictorKeepTheReserve) {
   TierManagerConfig config;
   config.index_shards = 4;
   config.eviction_batch = 4;
@@ -164,7 +169,7 @@ TEST(ReserveTest, ConcurrentFloodsAndEvictorKeepTheReserve) {
   EXPECT_EQ(m->Snapshot().namespaces[0].tier_bytes[TierKind::kHost], 24 * kPage);
 }
 
-TEST(ReserveTest, AddNamespaceRefusesReservesThatCannotBeKept) {
+TEST_P(ReserveTest, AddNamespaceRefusesReservesThatCannotBeKept) {
   auto m = MakeManager({kTierPages}, kPage);
   auto too_big = m->AddNamespace(WithReserve("big", kTierPages + 1));
   ASSERT_TRUE(absl::IsInvalidArgument(too_big.status())) << too_big.status();
@@ -197,7 +202,7 @@ TEST(ReserveTest, AddNamespaceRefusesReservesThatCannotBeKept) {
   EXPECT_TRUE(snap.namespaces[2].tier_reserved_bytes.empty());
 }
 
-TEST(ReserveTest, MaxReservedFractionIsValidated) {
+TEST_P(ReserveTest, MaxReservedFractionIsValidated) {
   TierManagerConfig c = testing::NoThreadConfig();
   c.max_reserved_fraction = 1.5;
   EXPECT_FALSE(c.Validate().ok());

@@ -29,12 +29,37 @@ inline std::unique_ptr<Tier> HostTier(uint64_t capacity, uint64_t slab) {
   return std::move(t).value();
 }
 
+// The eviction policy NoThreadConfig gives the host tier: a suite
+// parameterized by policy (PolicyTest) sets it around each test, so the same
+// assertions run under every policy.
+inline EvictionPolicy& TestEviction() {
+  static EvictionPolicy policy = EvictionPolicy::kLru;
+  return policy;
+}
+
 inline TierManagerConfig NoThreadConfig() {
   TierManagerConfig c;
   c.start_evictor_thread = false;
   c.index_shards = 4;
+  if (TestEviction() != EvictionPolicy::kLru) c.eviction[TierKind::kHost] = TestEviction();
   return c;
 }
+
+// A fixture whose tests run once per eviction policy:
+//   class FooTest : public testing::PolicyTest {};
+//   TEST_P(FooTest, ...) {...}
+//   KVTIER_EVERY_POLICY(FooTest);
+class PolicyTest : public ::testing::TestWithParam<EvictionPolicy> {
+ protected:
+  void SetUp() override { TestEviction() = GetParam(); }
+  void TearDown() override { TestEviction() = EvictionPolicy::kLru; }
+};
+#define KVTIER_EVERY_POLICY(suite)                                                        \
+  INSTANTIATE_TEST_SUITE_P(                                                               \
+      Policies, suite, ::testing::Values(EvictionPolicy::kLru, EvictionPolicy::k2q),      \
+      [](const ::testing::TestParamInfo<EvictionPolicy>& i) {                             \
+        return std::string(EvictionPolicyName(i.param));                                  \
+      })
 
 // A manager over host tiers of `pages_per_tier[i]` pages of `page` bytes.
 inline std::unique_ptr<TierManager> MakeManager(std::vector<uint64_t> pages_per_tier, uint64_t page,

@@ -29,6 +29,7 @@ ABSL_FLAG(uint32_t, chain_pages, 32, "pages per chain (one PUT, one LOOKUP)");
 ABSL_FLAG(uint32_t, page_bytes, 16, "bytes per page (small: memory goes to the index)");
 ABSL_FLAG(double, zipf, 1.0, "Zipf exponent of namespace popularity");
 ABSL_FLAG(uint32_t, shards, 16, "index shards");
+ABSL_FLAG(std::string, eviction, "lru", "the host tier's eviction policy (lru, 2q)");
 ABSL_FLAG(uint32_t, lookups, 5000, "LOOKUPs per round and store");
 ABSL_FLAG(int, lookup_rounds, 20, "LOOKUP rounds; medians of the rounds' p50/p99 are reported");
 ABSL_FLAG(std::string, evict_pages, "50k", "pages evicted per eviction repeat");
@@ -192,6 +193,12 @@ bench::ScaleConfig ConfigFor(uint32_t namespaces, uint64_t capacity_pages, uint6
   c.index_shards = absl::GetFlag(FLAGS_shards);
   c.seed = seed;
   c.capacity_pages = capacity_pages;
+  auto policy = kvtier::tiers::ParseEvictionPolicy(absl::GetFlag(FLAGS_eviction));
+  if (!policy.ok()) {
+    std::cerr << "kvtier-scale-bench: --eviction: " << policy.status().message() << "\n";
+    std::exit(2);
+  }
+  c.eviction = *policy;
   return c;
 }
 

@@ -101,6 +101,7 @@ absl::StatusOr<std::unique_ptr<ScaleStore>> ScaleStore::Create(const ScaleConfig
   TierManagerConfig tc;
   tc.index_shards = config.index_shards;
   tc.start_evictor_thread = false;  // the benchmark runs EvictTo itself, timed
+  tc.eviction[TierKind::kHost] = config.eviction;
   ASSIGN_OR_RETURN(s->mgr_, TierManager::Create(tc, std::move(tiers)));
   for (uint32_t i = 0; i < config.namespaces; ++i) {
     NamespaceConfig nc;

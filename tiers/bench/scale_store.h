@@ -23,6 +23,7 @@ struct ScaleConfig {
   uint64_t capacity_pages = 0;  // host tier capacity, in pages
   uint32_t index_shards = 16;
   uint64_t seed = 1;
+  EvictionPolicy eviction = EvictionPolicy::kLru;  // the host tier's
 };
 
 // Draws ranks 0..n-1 with probability proportional to 1/(rank+1)^s.

@@ -6,6 +6,10 @@
 // and every callback runs on a worker after its batch's clients are free.
 #include "tiers/shared_cache/redis_shared_cache.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -104,6 +108,9 @@ class RedisSharedCache final : public SharedCache {
   void RunForget(ClusterLink& link, std::vector<MetaJob*>& jobs);
   void RunFetch(size_t worker, std::vector<FetchJob>& batch);
   void RunPublish(std::vector<PublishJob>& batch);
+  // After a burst of publishes has drained, gives what the allocator kept of
+  // it back to the system (publish worker only).
+  void TrimAfterPublishBurst(uint64_t freed_bytes);
   void CountOpenFailure(OpenFailure f);
   // Each job's link, grouped: jobs of one link share a pipeline.
   template <typename Job>
@@ -121,6 +128,9 @@ class RedisSharedCache final : public SharedCache {
   Counter publishes_queued_{0}, publishes_done_{0};
   std::atomic<bool> stopped_{false};
   std::atomic<bool> logged_reject_{false}, logged_oversized_{false};
+  // TrimAfterPublishBurst's (publish worker only).
+  uint64_t untrimmed_publish_bytes_ = 0;
+  absl::Time last_trim_ = absl::InfinitePast();
   // Last: their workers use everything above, and stop (draining) first.
   std::unique_ptr<BatchQueue<MetaJob>> meta_;
   std::unique_ptr<BatchQueue<FetchJob>> fetches_;
@@ -255,6 +265,37 @@ void RedisSharedCache::RunPublish(std::vector<PublishJob>& batch) {
     publishes_done_.fetch_add(end - begin, std::memory_order_release);
     begin = end;
   }
+  uint64_t freed = 0;
+  for (const PublishJob& job : batch) freed += job.bytes;
+  batch.clear();  // the sealed records go now, before a trim
+  TrimAfterPublishBurst(freed);
+}
+
+// The evictor seals every page it publishes (a FLUSH, or NVMe filling up,
+// makes it publish thousands at once) faster than this worker stores them:
+// the queue holds up to max_publish_queue_bytes of sealed records, with the
+// batch's pipeline buffers on top. glibc keeps the freed burst in its arenas
+// (the soak's daemon held ~90 MB of free heap against ~8 MB live, its RSS
+// climbing with each larger burst), so once the queue has drained after at
+// least kTrimAfterBytes it is handed back, at most once a second.
+void RedisSharedCache::TrimAfterPublishBurst(uint64_t freed_bytes) {
+#if defined(__GLIBC__)
+  constexpr uint64_t kTrimAfterBytes = 16ull << 20;
+  untrimmed_publish_bytes_ += freed_bytes;
+  // Drained: every publish queued so far is done (not publishes_->queued_bytes():
+  // the destructor's reset() runs the last batches with publishes_ null).
+  if (untrimmed_publish_bytes_ < kTrimAfterBytes ||
+      publishes_done_.load(std::memory_order_acquire) !=
+          publishes_queued_.load(std::memory_order_acquire))
+    return;
+  const absl::Time now = absl::Now();
+  if (now - last_trim_ < absl::Seconds(1)) return;
+  malloc_trim(0);
+  untrimmed_publish_bytes_ = 0;
+  last_trim_ = now;
+#else
+  (void)freed_bytes;
+#endif
 }
 
 void RedisSharedCache::Contains(absl::string_view ns, std::vector<PageKey> keys,

@@ -195,6 +195,11 @@ void PrintStatsTables(const wire::StatsReply& s) {
                 (unsigned long)t.io_inflight(), (unsigned long)t.io_errors(),
                 (unsigned long)t.recovered_pages(), (unsigned long)t.dropped_records(),
                 (unsigned long)t.clean_pages(), (unsigned long)t.cleaned());
+    if (!t.eviction().empty() && t.eviction() != "lru")
+      std::printf("%-6s eviction %s: %lu pages protected (read or PUT again), %lu evictions "
+                  "remembered\n",
+                  t.name().c_str(), t.eviction().c_str(), (unsigned long)t.protected_pages(),
+                  (unsigned long)t.ghost_entries());
     if (t.durability_failures() > 0 || t.frontend_io() > 0)
       std::printf("%-6s durability failures %lu, frontend I/O %lu\n", t.name().c_str(),
                   (unsigned long)t.durability_failures(), (unsigned long)t.frontend_io());

@@ -4,6 +4,7 @@
 // infinite-cache bound; prints a table and writes JSON and a PNG plot.
 // With --nodes and --remote_pages: several daemons sharing one cache beside
 // their stores (kvtierd --remote_seeds), as an in-memory LRU cluster.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "kvtier/cli.h"
 #include "kvtier/status_macros.h"
@@ -53,6 +55,13 @@ ABSL_FLAG(double, low_watermark, 0.90, "as kvtierd --low_watermark");
 ABSL_FLAG(bool, promote_on_get, true, "as kvtierd --promote_on_get");
 ABSL_FLAG(std::string, nvme_admission, "all", "as kvtierd --nvme_admission: all or reused");
 ABSL_FLAG(std::string, write_policy, "write-back", "as kvtierd --write_policy");
+ABSL_FLAG(uint32_t, index_shards, 16,
+          "the store's index shards (kvtierd: 16); 2q keeps its protected share and its ghost "
+          "per shard, which on tiers of a few hundred pages costs hit rate against one shard");
+ABSL_FLAG(std::string, eviction, "lru",
+          "eviction policies to replay side by side, comma-separated (lru, 2q; as kvtierd "
+          "--eviction, each for every tier): LRU always runs as the baseline, and each other "
+          "policy adds a column with the share of the LRU -> Belady gap it closes");
 ABSL_FLAG(uint32_t, batch_pages, 32,
           "pages per GET/PUT call, as kvtier-stress --batch_pages (0: a whole chain per call)");
 ABSL_FLAG(bool, decode, true, "PUT the pages decode completes, as kvtier-stress does");
@@ -79,7 +88,15 @@ namespace {
 struct Options {
   ReplayConfig replay;
   uint64_t page_bytes = 0, slab_bytes = 0;
+  std::vector<tiers::EvictionPolicy> others;  // --eviction besides lru
 };
+
+// `rc` with `policy` for every tier it has.
+ReplayConfig WithPolicy(ReplayConfig rc, tiers::EvictionPolicy policy) {
+  rc.store.eviction[tiers::TierKind::kHost] = policy;
+  if (rc.nvme.has_value()) rc.store.eviction[tiers::TierKind::kNvme] = policy;
+  return rc;
+}
 
 absl::StatusOr<Options> OptionsFromFlags() {
   Options o;
@@ -87,6 +104,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   s.high_watermark = absl::GetFlag(FLAGS_high_watermark);
   s.low_watermark = absl::GetFlag(FLAGS_low_watermark);
   s.promote_on_get = absl::GetFlag(FLAGS_promote_on_get);
+  s.index_shards = absl::GetFlag(FLAGS_index_shards);
   const std::string admission = absl::GetFlag(FLAGS_nvme_admission);
   if (admission == "reused")
     s.persistent_admission = tiers::TierManagerConfig::Admission::kReusedOnly;
@@ -98,6 +116,15 @@ absl::StatusOr<Options> OptionsFromFlags() {
   else if (policy != "write-back")
     return absl::InvalidArgumentError("--write_policy must be write-back or write-through");
   RETURN_IF_ERROR(s.Validate());
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_eviction), ',', absl::SkipWhitespace())) {
+    auto p = tiers::ParseEvictionPolicy(absl::StripAsciiWhitespace(name));
+    if (!p.ok()) return absl::InvalidArgumentError(absl::StrCat("--eviction: ", p.status().message()));
+    if (*p != tiers::EvictionPolicy::kLru &&
+        std::find(o.others.begin(), o.others.end(), *p) == o.others.end()) {
+      o.others.push_back(*p);
+    }
+  }
   o.replay.decode = absl::GetFlag(FLAGS_decode);
   o.replay.batch_pages = absl::GetFlag(FLAGS_batch_pages);
   const std::string at = absl::GetFlag(FLAGS_evict_at);
@@ -146,6 +173,12 @@ absl::Status RunCapacities(const std::vector<SimRequest>& reqs, const Options& o
     std::fprintf(stderr, "kvtier-sim: %s (%llu pages): LRU %.2f%% in %.2f s, Belady %.2f%%\n",
                  spec.label.c_str(), static_cast<unsigned long long>(row.capacity_pages),
                  100 * row.lru.hit_rate(), row.lru.seconds, 100 * row.belady.hit_rate());
+    for (tiers::EvictionPolicy p : o.others) {
+      ASSIGN_OR_RETURN(SimResult r, ReplayTierManager(reqs, WithPolicy(rc, p)));
+      std::fprintf(stderr, "kvtier-sim: %s: %s %.2f%% in %.2f s\n", spec.label.c_str(),
+                   r.policy.c_str(), 100 * r.hit_rate(), r.seconds);
+      row.others.push_back(std::move(r));
+    }
     rep.rows.push_back(std::move(row));
   }
   return absl::OkStatus();
@@ -162,6 +195,10 @@ absl::Status RunTwoTier(const std::vector<SimRequest>& reqs, const Options& o, S
   TwoTierRun tt{h.label, n.label, rc.host.slots, rc.nvme->slots};
   ASSIGN_OR_RETURN(tt.lru, ReplayTierManager(reqs, rc));
   tt.belady = RunBelady(reqs, tt.host_pages + tt.nvme_pages);
+  for (tiers::EvictionPolicy p : o.others) {
+    ASSIGN_OR_RETURN(SimResult r, ReplayTierManager(reqs, WithPolicy(rc, p)));
+    tt.others.push_back(std::move(r));
+  }
   rep.two_tier = std::move(tt);
   return absl::OkStatus();
 }
@@ -290,7 +327,7 @@ int main(int argc, char** argv) {
       "With --nodes and --remote_pages: N daemons sharing one cache beside their stores, "
       "whose records belong to the cluster (so --remote_node_pages, a per-node budget "
       "there, no longer exists).\n"
-      "  kvtier-sim --trace=SPEC [--capacities=1k,4k,16k,32k] [--page_bytes=1MiB] "
+      "  kvtier-sim --trace=SPEC [--capacities=1k,4k,16k,32k] [--eviction=lru,2q] [--page_bytes=1MiB] "
       "[--host_pages=N --nvme_pages=M [--nodes=K] [--remote_pages=CAP[,CAP...] "
       "--remote_admission=all|reused|put[,...]]] [--json_out=F] [--plot=F.png]\n"
       "  kvtier-sim --trace=SPEC --model=llama3-8b --target_hit_rate=0.3 [--capacities=] "

@@ -90,7 +90,10 @@ absl::Status NodeReplayer::AddTiers(std::vector<std::unique_ptr<tiers::Tier>>& o
 
 SimResult NodeReplayer::NewResult() const {
   SimResult out;
-  out.policy = "lru";
+  auto p = config_.store.eviction.find(tiers::TierKind::kHost);
+  out.policy = std::string(
+      tiers::EvictionPolicyName(p == config_.store.eviction.end() ? tiers::EvictionPolicy::kLru
+                                                                  : p->second));
   out.capacity_pages = config_.host.slots + (config_.nvme ? config_.nvme->slots : 0);
   out.tier_hits.push_back(TierHits{"host", 0});
   if (config_.nvme) out.tier_hits.push_back(TierHits{"nvme", 0});

@@ -42,13 +42,15 @@ struct RemoteCounters {
 // One policy over one trace at one capacity. Hits are prefix hits: per
 // request, the leading run of input pages present when it arrives.
 struct SimResult {
-  std::string policy;           // "lru" (TierManager), "belady", "infinite"
+  // The store's eviction policy ("lru", "2q": a TierManager replay),
+  // "belady" or "infinite".
+  std::string policy;
   uint64_t capacity_pages = 0;  // 0 for the infinite bound
   uint64_t requests = 0;
   uint64_t refs = 0;  // input page references (the hit-rate denominator)
   uint64_t hits = 0;
-  std::vector<TierHits> tier_hits;  // LRU runs: hits by the tier LOOKUP named
-  // TierManager counters at the end of an LRU run.
+  std::vector<TierHits> tier_hits;  // store runs: hits by the tier LOOKUP named
+  // TierManager counters at the end of a store run.
   uint64_t evictions = 0, demotions = 0, promotions = 0, dropped = 0;
   uint64_t not_stored = 0;  // PUT pages refused (nothing evictable)
   double seconds = 0;       // wall time of the run
@@ -56,6 +58,7 @@ struct SimResult {
 
   double hit_rate() const { return refs == 0 ? 0 : static_cast<double>(hits) / refs; }
   double tier_rate(const std::string& tier) const;
+  bool is_store() const { return policy != "belady" && policy != "infinite"; }
 };
 
 // The PageKey the sim uses for page id `id`: the id little-endian in bytes

@@ -22,6 +22,14 @@ namespace {
 
 std::string Pct(double rate) { return absl::StrFormat("%6.2f%%", 100 * rate); }
 
+// The share of the LRU -> Belady gap a policy closes ("" when there is no
+// gap worth the name: under 0.1 pp).
+std::string GapClosed(const SimResult& p, const SimResult& lru, const SimResult& belady) {
+  const double gap = belady.hit_rate() - lru.hit_rate();
+  if (gap < 0.001) return "";
+  return absl::StrFormat("%+.0f%%", 100 * (p.hit_rate() - lru.hit_rate()) / gap);
+}
+
 // A gnuplot single-quoted string: a quote inside is written twice.
 std::string GpQuote(const std::string& s) {
   return absl::StrCat("'", absl::StrReplaceAll(s, {{"'", "''"}}), "'");
@@ -44,7 +52,7 @@ nlohmann::json ResultJson(const SimResult& r) {
                       {"requests", r.requests}, {"refs", r.refs},
                       {"hits", r.hits},         {"hit_rate", r.hit_rate()},
                       {"seconds", r.seconds}};
-  if (r.policy == "lru") {
+  if (r.is_store()) {
     for (const TierHits& t : r.tier_hits) {
       j["tier_hits"][t.tier] = t.hits;
       j["tier_hit_rate"][t.tier] = r.tier_rate(t.tier);
@@ -72,11 +80,19 @@ std::string FormatReport(const SimReport& rep) {
       rep.trace, rep.requests, rep.refs, rep.unique_pages, rep.decode_pages, rep.prefix_model,
       rep.mapping, rep.policy);
   if (!rep.rows.empty()) {
-    absl::StrAppendFormat(&out, "\n%-12s %10s %14s %10s %10s\n", "capacity", "pages",
-                          "LRU (tiers/)", "Belady", "infinite");
+    absl::StrAppendFormat(&out, "\n%-12s %10s %14s", "capacity", "pages", "LRU (tiers/)");
+    for (const SimResult& o : rep.rows[0].others) {
+      absl::StrAppendFormat(&out, " %9s %8s", o.policy, "of gap");
+    }
+    absl::StrAppendFormat(&out, " %10s %10s\n", "Belady", "infinite");
     for (const CapacityRow& row : rep.rows) {
-      absl::StrAppendFormat(&out, "%-12s %10d %14s %10s %10s\n", row.label, row.capacity_pages,
-                            Pct(row.lru.hit_rate()), Pct(row.belady.hit_rate()),
+      absl::StrAppendFormat(&out, "%-12s %10d %14s", row.label, row.capacity_pages,
+                            Pct(row.lru.hit_rate()));
+      for (const SimResult& o : row.others) {
+        absl::StrAppendFormat(&out, " %9s %8s", Pct(o.hit_rate()),
+                              GapClosed(o, row.lru, row.belady));
+      }
+      absl::StrAppendFormat(&out, " %10s %10s\n", Pct(row.belady.hit_rate()),
                             Pct(rep.infinite.hit_rate()));
     }
   }
@@ -91,6 +107,12 @@ std::string FormatReport(const SimReport& rep) {
         Pct(tt.lru.tier_rate("nvme")), Pct(tt.lru.hit_rate()), tt.lru.demotions, tt.lru.promotions,
         tt.lru.dropped, tt.host_pages + tt.nvme_pages, Pct(tt.belady.hit_rate()),
         Pct(rep.infinite.hit_rate()));
+    for (const SimResult& o : tt.others) {
+      absl::StrAppendFormat(
+          &out, "  %s: host %s  nvme %s  total %s  (%d demotions, %d promotions, %d dropped)\n",
+          o.policy, Pct(o.tier_rate("host")), Pct(o.tier_rate("nvme")), Pct(o.hit_rate()),
+          o.demotions, o.promotions, o.dropped);
+    }
   }
   if (rep.cluster.has_value()) absl::StrAppend(&out, "\n", FormatCluster(*rep.cluster));
   absl::StrAppendFormat(&out, "\nwall time %.2f s\n", rep.wall_seconds);
@@ -110,16 +132,19 @@ nlohmann::json ReportJson(const SimReport& rep) {
                       {"wall_seconds", rep.wall_seconds}};
   j["capacities"] = nlohmann::json::array();
   for (const CapacityRow& row : rep.rows) {
-    j["capacities"].push_back({{"label", row.label},
-                               {"capacity_pages", row.capacity_pages},
-                               {"lru", ResultJson(row.lru)},
-                               {"belady", ResultJson(row.belady)}});
+    nlohmann::json c = {{"label", row.label},
+                        {"capacity_pages", row.capacity_pages},
+                        {"lru", ResultJson(row.lru)},
+                        {"belady", ResultJson(row.belady)}};
+    for (const SimResult& o : row.others) c["policies"][o.policy] = ResultJson(o);
+    j["capacities"].push_back(std::move(c));
   }
   if (rep.two_tier.has_value()) {
     const TwoTierRun& tt = *rep.two_tier;
     j["two_tier"] = {{"host", tt.host_label},       {"nvme", tt.nvme_label},
                      {"host_pages", tt.host_pages}, {"nvme_pages", tt.nvme_pages},
                      {"lru", ResultJson(tt.lru)},   {"belady", ResultJson(tt.belady)}};
+    for (const SimResult& o : tt.others) j["two_tier"]["policies"][o.policy] = ResultJson(o);
   }
   if (rep.cluster.has_value()) j["cluster"] = ClusterJson(*rep.cluster);
   return j;
@@ -151,14 +176,22 @@ std::string PlotScript(const SimReport& rep, const std::string& png_path) {
       absl::StrFormat("set xrange [%.1f:%.1f]\n", lo / 1.3, hi * 1.3), "set xtics (", tics, ")\n",
       "$data << EOD\n");
   for (const CapacityRow& row : rep.rows) {
-    absl::StrAppendFormat(&s, "%d %.4f %.4f %.4f\n", row.capacity_pages, 100 * row.lru.hit_rate(),
+    absl::StrAppendFormat(&s, "%d %.4f %.4f %.4f", row.capacity_pages, 100 * row.lru.hit_rate(),
                           100 * row.belady.hit_rate(), 100 * rep.infinite.hit_rate());
+    for (const SimResult& o : row.others) absl::StrAppendFormat(&s, " %.4f", 100 * o.hit_rate());
+    absl::StrAppend(&s, "\n");
   }
   absl::StrAppend(
       &s, "EOD\n",
       "plot $data using 1:2 with linespoints lw 2 pt 7 title 'LRU (tiers/ TierManager)', \\\n"
       "     $data using 1:3 with linespoints lw 2 pt 5 title 'Belady (offline optimum)', \\\n"
-      "     $data using 1:4 with lines lw 2 dt 2 title 'infinite cache'\n");
+      "     $data using 1:4 with lines lw 2 dt 2 title 'infinite cache'");
+  for (size_t i = 0; !rep.rows.empty() && i < rep.rows[0].others.size(); ++i) {
+    absl::StrAppendFormat(&s, ", \\\n     $data using 1:%d with linespoints lw 2 pt %d title %s",
+                          5 + i, 9 + 2 * i,
+                          GpQuote(absl::StrCat(rep.rows[0].others[i].policy, " (tiers/)")));
+  }
+  absl::StrAppend(&s, "\n");
   return s;
 }
 

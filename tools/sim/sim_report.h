@@ -18,6 +18,7 @@ struct CapacityRow {
   std::string label;            // as given, e.g. "4k" or "4GiB"
   uint64_t capacity_pages = 0;  // pages the tier holds
   SimResult lru, belady;
+  std::vector<SimResult> others;  // the store under each other --eviction policy
 };
 
 struct TwoTierRun {
@@ -25,6 +26,7 @@ struct TwoTierRun {
   uint64_t host_pages = 0, nvme_pages = 0;
   SimResult lru;     // tier_hits: host, nvme
   SimResult belady;  // one cache of host + nvme pages
+  std::vector<SimResult> others;  // the store under each other --eviction policy
 };
 
 struct SimReport {

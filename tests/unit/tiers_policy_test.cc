@@ -1,0 +1,191 @@
+// Eviction policies (tiers/eviction_policy.h): what 2q promises beyond LRU
+// (pages read again outlive a flood of one-off pages; a page PUT again soon
+// after its eviction skips probation; protected pages stay within their
+// share), that it keeps the store's rules (pinned pages stay, leaf-first),
+// and the --eviction flag's refusals. The rules every policy keeps (reserves,
+// quotas, a thousand tenants) run for each policy in tiers_reserve_test.cc,
+// tiers_tenants_test.cc and nvme_reserve_test.cc.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/unit/tiers_test_util.h"
+
+namespace kvtier::tiers {
+namespace {
+
+using testing::AddNs;
+using testing::Bytes;
+using testing::Has;
+using testing::Key;
+using testing::MakeManager;
+using testing::Put;
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kTierPages = 32;
+
+// One index shard: 2q's shares are per shard, so one shard makes them exact.
+std::unique_ptr<TierManager> Manager(EvictionPolicy policy, uint64_t pages = kTierPages) {
+  TierManagerConfig c = testing::NoThreadConfig();
+  c.index_shards = 1;
+  c.eviction[TierKind::kHost] = policy;
+  return MakeManager({pages}, kPage, c);
+}
+
+// Pages `first`..`first + n - 1`, each PUT as a one-page prompt (no chain:
+// leaf-first plays no part) and never read.
+void Flood(TierManager& m, NamespaceId ns, uint64_t first, uint64_t n) {
+  for (uint64_t k = first; k < first + n; ++k) ASSERT_TRUE(Put(m, ns, k, kPage).ok()) << k;
+}
+
+uint64_t Present(TierManager& m, NamespaceId ns, uint64_t first, uint64_t n) {
+  uint64_t c = 0;
+  for (uint64_t k = first; k < first + n; ++k) c += Has(m, ns, k);
+  return c;
+}
+
+// Eight pages read once each, then another tenant's one-off pages, four times
+// the tier: LRU loses every read page, 2q keeps them all.
+TEST(EvictionPolicyTest, PagesReadAgainOutliveAFloodOfOneOffPagesUnder2q) {
+  for (EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::k2q}) {
+    SCOPED_TRACE(std::string(EvictionPolicyName(policy)));
+    auto m = Manager(policy);
+    const NamespaceId a = AddNs(*m, "a"), b = AddNs(*m, "b");
+    Flood(*m, a, 0, 8);
+    for (uint64_t k = 0; k < 8; ++k) ASSERT_TRUE(m->PinForRead(a, Key(k)).has_value());
+    Flood(*m, b, 1000, 4 * kTierPages);
+    EXPECT_EQ(Present(*m, a, 0, 8), policy == EvictionPolicy::k2q ? 8u : 0u);
+    // The flood itself was stored page by page: the store stays full.
+    EXPECT_EQ(m->Snapshot().tiers[0].pages, kTierPages);
+    if (policy == EvictionPolicy::k2q) {
+      const TierSnapshot t = m->Snapshot().tiers[0];
+      EXPECT_EQ(t.eviction, EvictionPolicy::k2q);
+      EXPECT_EQ(t.protected_pages, 8u);
+      EXPECT_GT(t.ghost_entries, 0u);
+    }
+  }
+}
+
+// A dedup PUT (the same page PUT again) is a reuse too.
+TEST(EvictionPolicyTest, APageStoredAgainIsProtectedUnder2q) {
+  auto m = Manager(EvictionPolicy::k2q);
+  const NamespaceId a = AddNs(*m, "a");
+  Flood(*m, a, 0, 4);
+  Flood(*m, a, 0, 4);  // deduplicated: present
+  Flood(*m, a, 100, 4 * kTierPages);
+  EXPECT_EQ(Present(*m, a, 0, 4), 4u);
+}
+
+// A page evicted from probation leaves its fingerprint in the ghost; PUT
+// again while it is there, it enters protected and outlives the next flood.
+TEST(EvictionPolicyTest, APagePutAgainSoonAfterItsEvictionSkipsProbation) {
+  auto m = Manager(EvictionPolicy::k2q);
+  const NamespaceId a = AddNs(*m, "a");
+  Flood(*m, a, 0, 1);
+  Flood(*m, a, 100, kTierPages);  // page 0 is evicted from probation
+  ASSERT_FALSE(Has(*m, a, 0));
+  const uint64_t ghost = m->Snapshot().tiers[0].ghost_entries;
+  EXPECT_GT(ghost, 0u);
+  Flood(*m, a, 0, 1);  // back, through the ghost
+  EXPECT_EQ(m->Snapshot().tiers[0].protected_pages, 1u);
+  Flood(*m, a, 200, 2 * kTierPages);
+  EXPECT_TRUE(Has(*m, a, 0));
+  // A page never seen before goes to probation and with the flood.
+  Flood(*m, a, 5000, 1);
+  Flood(*m, a, 300, 2 * kTierPages);
+  EXPECT_FALSE(Has(*m, a, 5000));
+}
+
+// Protected pages never hold more than their share (of what the tier holds at
+// its low watermark): a tier whose every page was read still evicts, oldest
+// reads first.
+TEST(EvictionPolicyTest, ProtectedPagesStayWithinTheirShare) {
+  auto m = Manager(EvictionPolicy::k2q);
+  const NamespaceId a = AddNs(*m, "a");
+  Flood(*m, a, 0, kTierPages);
+  for (uint64_t k = 0; k < kTierPages; ++k) ASSERT_TRUE(m->PinForRead(a, Key(k)).has_value());
+  const double low = testing::NoThreadConfig().low_watermark;
+  EXPECT_EQ(m->Snapshot().tiers[0].protected_pages,
+            static_cast<uint64_t>(kTierPages * low * k2qProtectedShare));  // 14 of 32
+  // The pages read first fell back to probation and go first.
+  Flood(*m, a, 100, 4);
+  EXPECT_EQ(Present(*m, a, 0, 4), 0u);
+  EXPECT_EQ(Present(*m, a, 4, kTierPages - 4), kTierPages - 4);
+}
+
+// Under 2q as under LRU: a pinned page is never a victim (a reader's pin, a
+// lease's hold), whatever its segment.
+TEST(EvictionPolicyTest, PinnedAndHeldPagesStayUnder2q) {
+  auto m = Manager(EvictionPolicy::k2q, 16);
+  const NamespaceId a = AddNs(*m, "a");
+  Flood(*m, a, 0, 2);
+  ASSERT_TRUE(m->PinForRead(a, Key(1)).has_value());  // 1: protected; 0: probation
+  auto pin = m->PinForPromotion(a, Key(0));
+  auto hold = m->HoldForLease(a, Key(1));
+  ASSERT_TRUE(pin.has_value() && hold.has_value());
+  Flood(*m, a, 100, 64);
+  EXPECT_TRUE(Has(*m, a, 0));
+  EXPECT_TRUE(Has(*m, a, 1));
+}
+
+// A chain loses its leaves before its prefix, in protected as in probation:
+// with probation emptied, the two pages that go are the chain's last two.
+TEST(EvictionPolicyTest, LeafFirstHoldsInTheProtectedSegment) {
+  auto m = Manager(EvictionPolicy::k2q, 16);
+  const NamespaceId a = AddNs(*m, "a");
+  PageKey parent = PageKey::Zero();
+  for (uint64_t k = 10; k < 14; ++k) {
+    ASSERT_TRUE(Put(*m, a, Key(k), parent, Bytes(kPage, k)).ok());
+    parent = Key(k);
+  }
+  // Read head-first (10 oldest in protected: a plain LRU scan would take it first).
+  for (uint64_t k = 10; k < 14; ++k) ASSERT_TRUE(m->PinForRead(a, Key(k)).has_value());
+  Flood(*m, a, 100, 64);
+  ASSERT_EQ(Present(*m, a, 10, 4), 4u);
+  EXPECT_EQ(m->EvictTo(0, 2 * kPage), 14u);  // the 12 probation pages, then two chain pages
+  EXPECT_TRUE(Has(*m, a, 10));
+  EXPECT_TRUE(Has(*m, a, 11));
+  EXPECT_FALSE(Has(*m, a, 12));
+  EXPECT_FALSE(Has(*m, a, 13));
+}
+
+TEST(EvictionPolicyTest, TheFlagNamesTheChoices) {
+  const std::vector<TierKind> tiers = {TierKind::kHost, TierKind::kNvme};
+  auto all = ParseEvictionFlag("2q", tiers);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->at(TierKind::kHost), EvictionPolicy::k2q);
+  EXPECT_EQ(all->at(TierKind::kNvme), EvictionPolicy::k2q);
+  auto per = ParseEvictionFlag("host=2q, nvme=lru", tiers);
+  ASSERT_TRUE(per.ok()) << per.status();
+  EXPECT_EQ(per->at(TierKind::kHost), EvictionPolicy::k2q);
+  EXPECT_EQ(per->at(TierKind::kNvme), EvictionPolicy::kLru);
+  struct Bad {
+    const char* value;
+    const char* says;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"arc", "unknown eviction policy 'arc' (choices: lru, 2q)"},
+           {"", "--eviction is empty"},
+           {"hbm=2q", "tier 'hbm', which this store does not have (its tiers: host, nvme)"},
+           {"host=2q,host=lru", "names tier 'host' twice"},
+           {"host=fifo", "for tier 'host': unknown eviction policy 'fifo' (choices: lru, 2q)"}}) {
+    auto r = ParseEvictionFlag(b.value, tiers);
+    ASSERT_FALSE(r.ok()) << b.value;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(b.says), absl::string_view::npos) << r.status();
+  }
+  // The store itself refuses a policy for a tier it lacks.
+  TierManagerConfig c = testing::NoThreadConfig();
+  c.eviction[TierKind::kNvme] = EvictionPolicy::k2q;
+  std::vector<std::unique_ptr<Tier>> host;
+  host.push_back(testing::HostTier(16 * kPage, kPage));
+  auto m = TierManager::Create(c, std::move(host));
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("eviction policy 2q for tier nvme, which the store does "
+                                      "not have"),
+            std::string::npos)
+      << m.status();
+}
+
+}  // namespace
+}  // namespace kvtier::tiers

@@ -1,0 +1,58 @@
+// Eviction policies: the order in which a tier gives up pages, chosen per tier
+// (kvtierd --eviction, kvtier-sim --eviction). Whatever the policy, the store
+// keeps its rules (page_index.h): leaf-first along prefix chains, pinned and
+// held pages never taken, reserves and quotas, one recency structure per
+// index shard and tier across namespaces, victim search cost independent of
+// the number of tenants.
+//
+//  - lru: one recency list; the victim is the first leaf among the oldest
+//    pages.
+//  - 2q: a segmented LRU with a ghost, in the manner of 2Q (Johnson &
+//    Shasha, VLDB 1994) and CacheLib's MM2Q: a page enters a
+//    probation segment and moves to a protected one when it is read (GET) or
+//    PUT again; protected pages overflowing their share fall back to the head
+//    of probation; victims come from probation's tail first. A page evicted
+//    from probation leaves an 8-byte fingerprint in a ghost list of
+//    ghost_share x the shard's pages, and a page PUT again while its ghost is
+//    there enters protected: pages of a long one-off prompt no longer push
+//    out the pages that are read again. The replay study behind the
+//    parameters (protected 50%, ghost 50%) is in docs/BENCHMARKS.md
+//    ("Eviction policies").
+//
+// A namespace's own picks (its quota, an operator's EVICT) and the pages of
+// a namespace holding a reserve in the tier walk that namespace's own list,
+// which stays LRU under every policy: the policy orders the tier-wide pick,
+// where tenants' pages compete.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tiers/tier.h"
+
+namespace kvtier::tiers {
+
+enum class EvictionPolicy : uint8_t { kLru = 0, k2q = 1 };
+
+// "lru", "2q".
+absl::string_view EvictionPolicyName(EvictionPolicy p);
+// The names, for messages: "lru, 2q".
+std::string EvictionPolicyChoices();
+absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name);
+
+// 2q's shares: protected pages at most this fraction of a shard's pages in
+// the tier; ghost entries at most this fraction of them.
+inline constexpr double k2qProtectedShare = 0.5;
+inline constexpr double k2qGhostShare = 0.5;
+
+// A --eviction value: one policy for every tier ("2q"), or one per tier
+// ("host=2q,nvme=lru"; tiers not named: lru). `tiers` are the kinds the store
+// has: naming another is an error that says which tiers there are.
+absl::StatusOr<absl::flat_hash_map<TierKind, EvictionPolicy>> ParseEvictionFlag(
+    absl::string_view value, const std::vector<TierKind>& tiers);
+
+}  // namespace kvtier::tiers
