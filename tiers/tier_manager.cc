@@ -119,10 +119,12 @@ absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
   for (const auto& t : tiers) {
     if (t == nullptr) return absl::InvalidArgumentError("null tier");
   }
-  for (const auto& [kind, policy] : config.eviction) {
+  for (const auto& named : config.eviction) {
+    const TierKind kind = named.first;  // (clang: no lambda capture of a structured binding)
     if (std::none_of(tiers.begin(), tiers.end(), [&](const auto& t) { return t->kind() == kind; })) {
-      return absl::InvalidArgumentError(absl::StrCat("eviction policy ", EvictionPolicyName(policy),
-                                                     " for tier ", std::string(TierName(kind)),
+      return absl::InvalidArgumentError(absl::StrCat("eviction policy ",
+                                                     EvictionPolicyName(named.second), " for tier ",
+                                                     std::string(TierName(kind)),
                                                      ", which the store does not have"));
     }
   }
