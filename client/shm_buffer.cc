@@ -18,11 +18,18 @@ namespace kvtier {
 absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(uint64_t size, std::string name) {
   static std::atomic<uint64_t> seq{0};
   if (size == 0) return absl::InvalidArgumentError("shm buffer size must be > 0");
-  if (name.empty()) name = absl::StrCat("/kvtier-client-", getpid(), "-", seq++);
-  int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0)
-    return absl::FailedPreconditionError(
-        absl::StrCat("shm_open(", name, "): ", strerror(errno)));
+  const bool generated = name.empty();
+  int fd = -1;
+  // A generated name may already exist: an object a killed process of the
+  // same pid left behind (pids wrap). It is not ours to remove, so take the
+  // next name instead; a name the caller chose fails as it is.
+  for (int attempt = 0; fd < 0; ++attempt) {
+    if (generated) name = absl::StrCat("/kvtier-client-", getpid(), "-", seq++);
+    fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && (!generated || errno != EEXIST || attempt >= 1000))
+      return absl::FailedPreconditionError(
+          absl::StrCat("shm_open(", name, "): ", strerror(errno)));
+  }
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
     int err = errno;
     close(fd);

@@ -136,5 +136,34 @@ TEST_F(DataPathTest, TruncatedBufferFailsThePutAndPublishesNothing) {
   EXPECT_EQ(again->outcome, tiers::PutOutcome::kReserved);
 }
 
+// Generated shm names are "/kvtier-client-<pid>-<n>": an object a killed
+// process of the same pid left behind (pids wrap; crash tests SIGKILL
+// clients) must not make Create fail, nor be removed (it is not ours).
+TEST(ShmBufferNames, CreateSkipsNamesLeftByAnEarlierProcessOfTheSamePid) {
+  std::vector<std::string> stale;
+  for (int n = 0; n < 200; ++n) {
+    std::string name = "/kvtier-client-" + std::to_string(getpid()) + "-" + std::to_string(n);
+    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) continue;  // this process made it already
+    close(fd);
+    stale.push_back(name);
+  }
+  auto buf = ShmBuffer::Create(4096);
+  EXPECT_TRUE(buf.ok()) << buf.status();
+  for (const std::string& name : stale) {
+    int fd = shm_open(name.c_str(), O_RDONLY, 0);  // still there
+    EXPECT_GE(fd, 0) << name;
+    if (fd >= 0) close(fd);
+    shm_unlink(name.c_str());
+  }
+  // A name the caller chose is taken as it is: one that exists is an error.
+  const std::string mine = "/kvtier-test-" + std::to_string(getpid());
+  int fd = shm_open(mine.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  EXPECT_FALSE(ShmBuffer::Create(4096, mine).ok());
+  shm_unlink(mine.c_str());
+}
+
 }  // namespace
 }  // namespace kvtier::daemon
