@@ -126,11 +126,9 @@ PageEntry* IndexShard::FindLocked(NamespaceId ns, const PageKey& key) const {
 void IndexShard::InsertLocked(PageEntry* e, uint64_t stamp) {
   map_.insert(e);
   e->stamp = stamp;
-  TierLists& l = Lists(e->tier);
   // 2q: a page PUT again soon after probation dropped it is one that is
   // reused; it skips probation.
-  LinkLocked(e, l.policy == EvictionPolicy::k2q && !l.Reserved(e->ns) &&
-                    l.ghost.Take(Fingerprint(e)));
+  LinkLocked(e, Lists(e->tier).Recall(e));
 }
 
 void IndexShard::DetachLocked(PageEntry* e) {
@@ -167,9 +165,8 @@ void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, const Slot& slot, ui
   e->tier = tier;
   e->stamp = stamp;
   TierLists& l = Lists(tier);
-  const bool protect = l.policy == EvictionPolicy::k2q && !l.Reserved(e->ns) &&
-                       (tier < from || l.ghost.Take(Fingerprint(e)));
-  LinkLocked(e, protect);
+  // Up: a promotion, the page is being read. Down: an arrival, like a PUT.
+  LinkLocked(e, tier < from || l.Recall(e));  // (LinkLocked protects under 2q only)
 }
 
 void IndexShard::RememberEvictedLocked(const PageEntry* e) {
@@ -180,6 +177,10 @@ void IndexShard::RememberEvictedLocked(const PageEntry* e) {
   }
   const size_t pages = l.all.size() + l.prot.size();
   l.ghost.Push(Fingerprint(e), std::max<size_t>(1, static_cast<size_t>(pages * k2qGhostShare)));
+}
+
+bool IndexShard::TierLists::Recall(const PageEntry* e) {
+  return policy == EvictionPolicy::k2q && !Reserved(e->ns) && ghost.Take(Fingerprint(e));
 }
 
 void IndexShard::SetPolicyLocked(uint8_t tier, EvictionPolicy policy, uint64_t protected_cap) {

@@ -289,6 +289,9 @@ class IndexShard {
     // The page a tier-wide pick looks at first: probation's tail, else
     // protected's (the oldest-page hint's page).
     PageEntry* First() const { return all.empty() ? prot.tail() : all.tail(); }
+    // 2q: whether the ghost remembers `e` (a recent eviction from
+    // probation); it forgets it then.
+    bool Recall(const PageEntry* e);
     std::vector<NsList> by_ns;          // every page, by namespace; grown on demand
     std::vector<NamespaceId> reserved;  // namespaces with a reserve here
     std::vector<bool> is_reserved;      // by namespace
