@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/client_buffer.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::daemon {
 

@@ -9,10 +9,10 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "daemon/buffer_warmer.h"
-#include "tiers/host_tier.h"
-#include "tiers/nvme/nvme_tier.h"
 #include "prefetch/prefetcher.h"
-#include "tiers/tier_manager.h"
+#include "tiers/host/host_tier.h"
+#include "tiers/nvme/nvme_tier.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::daemon {
 

@@ -9,10 +9,10 @@ namespace kvtier::daemon {
 
 absl::StatusOr<std::unique_ptr<CopyEngine>> CopyEngine::Create(zmq::context_t& ctx,
                                                                std::string completion_endpoint,
-                                                               int threads) {
+                                                               int threads, Order order) {
   if (threads < 1 || threads > 256)
     return absl::InvalidArgumentError("copy engine threads must be in [1, 256]");
-  std::unique_ptr<CopyEngine> engine(new CopyEngine(ctx, std::move(completion_endpoint)));
+  std::unique_ptr<CopyEngine> engine(new CopyEngine(ctx, std::move(completion_endpoint), order));
   for (int i = 0; i < threads; ++i) engine->workers_.emplace_back([e = engine.get()] { e->WorkerLoop(); });
   return engine;
 }
@@ -54,8 +54,13 @@ void CopyEngine::WorkerLoop() {
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping and drained
-      task = std::move(queue_.front());
-      queue_.pop_front();
+      if (order_ == Order::kFifo) {
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      } else {
+        task = std::move(queue_.back());
+        queue_.pop_back();
+      }
     }
     if (task.part != SIZE_MAX) task.job->parts[task.part]();
     if (task.job->remaining.fetch_sub(1) == 1) Complete(*task.job, push);

@@ -2,7 +2,11 @@
 // client buffers, off the frontend thread. A job is split into parts that run
 // in parallel; the worker that finishes the last part runs the job's `finish`
 // and pushes the reply frames to the frontend over an inproc socket, so the
-// frontend only ever forwards completed replies.
+// frontend only ever forwards completed replies. No job waits for another:
+// a job that depends on one still running returns no frames and is answered
+// by a job that dependency's completion submits (a PUT deduplicated against
+// a PUT in flight), so correctness never rests on the queue's order — tests
+// run the engine last-in-first-out to hold it to that.
 #pragma once
 
 #include <atomic>
@@ -25,14 +29,21 @@ class CopyEngine {
   // Returns the multipart reply, routing-id frame first.
   using Finish = std::function<std::vector<zmq::message_t>()>;
 
+  // Which queued task a free worker takes: the oldest (the daemon's), or
+  // the newest (tests: a job must never depend on running after another).
+  enum class Order : uint8_t { kFifo, kLifo };
+
   // Workers connect PUSH sockets to `completion_endpoint` (an inproc address
   // the frontend has already bound with PULL).
   static absl::StatusOr<std::unique_ptr<CopyEngine>> Create(zmq::context_t& ctx,
                                                             std::string completion_endpoint,
-                                                            int threads);
+                                                            int threads,
+                                                            Order order = Order::kFifo);
   ~CopyEngine();  // Shutdown()
 
-  // Thread-safe. `parts` may be empty (finish runs at once on a worker).
+  // Thread-safe, from any thread (a worker may submit the reply of a job
+  // that was waiting on its own). `parts` may be empty (finish runs at once
+  // on a worker). A `finish` that returns no frames sends nothing.
   void Submit(std::vector<Part> parts, Finish finish);
   // Runs every queued job to completion, then joins the workers.
   void Shutdown();
@@ -49,12 +60,14 @@ class CopyEngine {
     size_t part;  // index into job->parts; SIZE_MAX for "finish only"
   };
 
-  CopyEngine(zmq::context_t& ctx, std::string endpoint) : ctx_(ctx), endpoint_(std::move(endpoint)) {}
+  CopyEngine(zmq::context_t& ctx, std::string endpoint, Order order)
+      : ctx_(ctx), endpoint_(std::move(endpoint)), order_(order) {}
   void WorkerLoop();
   void Complete(Job& job, zmq::socket_t& push);
 
   zmq::context_t& ctx_;
   const std::string endpoint_;
+  const Order order_;
   std::vector<std::thread> workers_;
   absl::Mutex mu_;
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);

@@ -19,8 +19,8 @@
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "tiers/host_tier.h"
-#include "tiers/io_guard.h"
+#include "tiers/common/io_guard.h"
+#include "tiers/host/host_tier.h"
 #ifdef KVTIER_HAVE_REMOTE
 #include "tiers/remote/redis_cluster.h"
 #endif
@@ -144,9 +144,9 @@ absl::Status Daemon::Init() {
   absl::Time t0 = absl::Now();
   RETURN_IF_ERROR(store_->RecoverPersistent());
   for (const auto& t : store_->Snapshot().tiers)
-    if (t.io.recovered_pages > 0 || t.io.dropped_records > 0)
+    if (t.durable.recovered_pages > 0 || t.durable.dropped_records > 0)
       spdlog::info("{} tier: recovered {} pages, dropped {} invalid records in {:.0f} ms",
-                   tiers::TierName(t.kind), t.io.recovered_pages, t.io.dropped_records,
+                   tiers::TierName(t.kind), t.durable.recovered_pages, t.durable.dropped_records,
                    absl::ToDoubleMilliseconds(absl::Now() - t0));
   RETURN_IF_ERROR(BindEndpoints());
   ASSIGN_OR_RETURN(engine_, CopyEngine::Create(ctx_, completion_endpoint_, config_.copy_threads));

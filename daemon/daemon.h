@@ -20,7 +20,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/buffer_fd_inbox.h"
-#include "daemon/socket_file.h"
 #include "daemon/config.h"
 #include "daemon/connection_guard.h"
 #include "daemon/copy_engine.h"
@@ -31,15 +30,16 @@
 #include "daemon/peers.h"
 #include "daemon/request_codec.h"
 #include "daemon/session.h"
+#include "daemon/socket_file.h"
 #include "daemon/tenants.h"
 #include "prefetch/prefetcher.h"
 #include "tiers/shared_cache/shared_cache.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 #include "zmq.hpp"
 
 namespace kvtier::daemon {
 
-struct PolicyGet;  // a GET that depends on prefetch (prefetch_handlers.cc)
+struct GetJob;  // a GET from request to reply, on any path (data_path.h)
 class CompletionPoster;  // replies from the shared cache's threads (shared_handlers.cc)
 
 class Daemon {
@@ -156,7 +156,7 @@ class Daemon {
                           const tiers::LookupResult& found);
   bool UsesPrefetchPath(const Session& s, const DecodedRequest& d) const;
   absl::Status SubmitPolicyGet(Session& s, const DecodedRequest& d, const std::string& routing_id);
-  void StartPolicyGet(std::shared_ptr<PolicyGet> job);
+  void StartPolicyGet(std::shared_ptr<GetJob> job);
   void FillPrefetchStats(wire::StatsReply* out) const;
   // Operator requests (admin_handlers.cc). EVICT and FLUSH may do disk I/O,
   // so they run as copy-engine jobs.

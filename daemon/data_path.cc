@@ -2,20 +2,17 @@
 // data_path.h. Device buffers take the GPU path (device_transfers.cc).
 #include "daemon/data_path.h"
 
+#include <atomic>
 #include <cstring>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/device_transfers.h"
 #include "spdlog/spdlog.h"
 
 namespace kvtier::daemon {
 namespace {
-
-// Longest a PUT waits for another PUT of one of its keys. That PUT's copy
-// job was queued first, so this is a guard against a wedged disk, not a
-// normal wait.
-constexpr absl::Duration kInFlightWait = absl::Seconds(30);
 
 absl::Status BufferFault(absl::string_view op, const ClientBuffer& b) {
   return absl::FailedPreconditionError(absl::StrCat(
@@ -54,11 +51,13 @@ tiers::LayerReadStats ReadLayersForGet(tiers::TierManager& store, prefetch::Pref
                           tiers::ReadOptions{.promote_to = promote_to, .demand = &hook}, sink);
 }
 
-std::shared_ptr<GetTransfer> DataPath::PlanGet(tiers::NamespaceId ns,
-                                               absl::Span<const PageKey> keys, uint64_t page_bytes,
-                                               std::shared_ptr<ClientBuffer> buffer,
-                                               PagePlacement place) const {
-  auto t = std::make_shared<GetTransfer>();
+std::shared_ptr<GetJob> DataPath::PlanGet(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
+                                          uint64_t page_bytes,
+                                          std::shared_ptr<ClientBuffer> buffer,
+                                          PagePlacement place) const {
+  auto t = std::make_shared<GetJob>();
+  t->ns = ns;
+  t->keys.assign(keys.begin(), keys.end());
   t->buffer = std::move(buffer);
   t->place = std::move(place);
   t->page_bytes = page_bytes;
@@ -75,7 +74,7 @@ std::shared_ptr<GetTransfer> DataPath::PlanGet(tiers::NamespaceId ns,
   return t;
 }
 
-void DataPath::CopyGet(GetTransfer& t, size_t begin, size_t end) const {
+void DataPath::CopyGet(GetJob& t, size_t begin, size_t end) const {
   if (t.buffer->on_device()) {
     absl::Status st = DeviceGet(*store_, hbm_, prefetcher_, *t.buffer, absl::MakeSpan(t.pins),
                                 t.place.offsets(), t.tiers, begin, end);
@@ -104,7 +103,7 @@ void DataPath::CopyGet(GetTransfer& t, size_t begin, size_t end) const {
   ReadPagesForGet(*store_, prefetcher_, absl::MakeSpan(t.pins).subspan(begin, end - begin), copy);
 }
 
-absl::Status DataPath::FinishGet(GetTransfer& t) const {
+absl::Status DataPath::FinishGet(GetJob& t) const {
   t.pins.clear();
   if (t.fault) return BufferFault("GET", *t.buffer);
   return t.error.Get();
@@ -184,7 +183,62 @@ void DataPath::FillPut(PutTransfer& t, size_t begin, size_t end) const {
   }
 }
 
-absl::StatusOr<PutSummary> DataPath::FinishPut(PutTransfer& t) const {
+namespace {
+
+// Counts down the other PUTs a finished PUT was deduplicated against; the
+// last to resolve completes the summary. One count is the finishing PUT's
+// own, so a handle resolved during registration cannot complete it early.
+class DedupSettlement {
+ public:
+  DedupSettlement(PutSummary out, size_t handles, DataPath::LaterPut later)
+      : out_(std::move(out)), left_(handles + 1), later_(std::move(later)) {}
+
+  // A handle resolved; `key` is its index in the request.
+  void Resolved(size_t key, bool stored) {
+    if (!stored) {
+      absl::MutexLock lock(&mu_);
+      failed_.push_back(key);
+    }
+    if (Arrive()) later_(Summary());
+  }
+  // The finishing PUT's own count: true when every handle had resolved.
+  bool Arrive() { return left_.fetch_sub(1, std::memory_order_acq_rel) == 1; }
+
+  // After the last arrival: the summary, the failed dedups counted as not
+  // stored.
+  PutSummary Summary() {
+    absl::MutexLock lock(&mu_);
+    for (size_t key : failed_) {
+      --out_.deduplicated;
+      ++out_.not_stored;
+      out_.page_status[key] = wire::PUT_PAGE_OTHER_PUT_FAILED;
+      out_.not_stored_reason =
+          "another PUT of the page, in flight at the same time, did not store it";
+    }
+    CountLeadingKept(out_);
+    return std::move(out_);
+  }
+
+  static void CountLeadingKept(PutSummary& out) {
+    out.leading_kept = 0;
+    while (out.leading_kept < out.page_status.size() &&
+           out.page_status[out.leading_kept] <= wire::PUT_PAGE_DEDUPLICATED)
+      ++out.leading_kept;
+  }
+
+ private:
+  absl::Mutex mu_;
+  PutSummary out_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> failed_ ABSL_GUARDED_BY(mu_);
+  std::atomic<size_t> left_;
+  const DataPath::LaterPut later_;
+};
+
+}  // namespace
+
+std::optional<absl::StatusOr<PutSummary>> DataPath::FinishPut(
+    const std::shared_ptr<PutTransfer>& tp, LaterPut later) const {
+  PutTransfer& t = *tp;
   if (absl::Status error = t.error.Get(); t.fault || !error.ok()) {
     t.reservations.clear();  // frees the slots: nothing half-written is published
     return t.fault ? BufferFault("PUT", *t.buffer) : error;
@@ -204,18 +258,18 @@ absl::StatusOr<PutSummary> DataPath::FinishPut(PutTransfer& t) const {
     out.not_stored += static_cast<uint32_t>(commit.not_stored);
     out.not_stored_reason = std::string(commit.error.message());
   }
-  for (size_t f = 0; f < t.in_flight.size(); ++f) {
-    bool stored = false;
-    if (t.in_flight[f]->WaitFor(kInFlightWait, &stored) && stored) continue;
-    --out.deduplicated;
-    ++out.not_stored;
-    out.page_status[t.in_flight_index[f]] = wire::PUT_PAGE_OTHER_PUT_FAILED;
-    out.not_stored_reason = "another PUT of the page, in flight at the same time, did not store it";
+  if (t.in_flight.empty()) {
+    DedupSettlement::CountLeadingKept(out);
+    return absl::StatusOr<PutSummary>(std::move(out));
   }
-  while (out.leading_kept < out.page_status.size() &&
-         out.page_status[out.leading_kept] <= wire::PUT_PAGE_DEDUPLICATED)
-    ++out.leading_kept;
-  return out;
+  auto settle =
+      std::make_shared<DedupSettlement>(std::move(out), t.in_flight.size(), std::move(later));
+  for (size_t f = 0; f < t.in_flight.size(); ++f)
+    t.in_flight[f]->OnResolved(
+        [settle, key = t.in_flight_index[f]](bool stored) { settle->Resolved(key, stored); });
+  t.in_flight.clear();
+  if (settle->Arrive()) return absl::StatusOr<PutSummary>(settle->Summary());
+  return std::nullopt;  // the last of the other PUTs calls `later`
 }
 
 }  // namespace kvtier::daemon

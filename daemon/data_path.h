@@ -9,33 +9,67 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "daemon/client_buffer.h"
 #include "daemon/copy_engine.h"
+#include "daemon/get_timer.h"
 #include "daemon/page_placement.h"
 #include "kvtier.pb.h"
 #include "kvtier/page_key.h"
 #include "prefetch/prefetcher.h"
 #include "tiers/hbm/hbm_tier.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::daemon {
 
-// A GET into a registered buffer. Fields are set by PlanGet; `tiers` (the
-// reply: each key's tier, 0 for a miss) is updated by the copy.
-struct GetTransfer {
-  std::shared_ptr<ClientBuffer> buffer;
-  PagePlacement place;  // where each key's page goes in `buffer`
+// A GET from request to reply, whichever way it goes: into a registered shm
+// or device buffer (PlanGet, CopyGet, FinishGet), with a policy or layer by
+// layer (daemon/prefetch_handlers.cc), or inline as reply frames
+// (daemon/handlers.cc). The frontend plans it (pins; never disk I/O), copy
+// workers fill it, and the worker that finishes the last part replies from
+// it. One type, so the buffer, placement, pins, tiers, fault and error of a
+// GET are checked and released the same way on every path.
+struct GetJob {
+  // The request.
+  uint64_t request_id = 0;
+  std::string routing_id;
+  tiers::NamespaceId ns = 0;
+  std::vector<PageKey> keys;
   uint64_t page_bytes = 0;
-  std::vector<tiers::PagePin> pins;  // invalid where the key missed
-  std::string tiers;
-  std::atomic<bool> fault{false};  // the buffer could not be touched (SIGBUS)
+  // Where the pages go: a registered buffer at `place`; null for an inline
+  // GET, whose pages leave as the reply's frames.
+  std::shared_ptr<ClientBuffer> buffer;
+  PagePlacement place;
+  // Policy GETs (best_effort, timeout, waiting for promotions in flight).
+  wire::GetPolicy policy = wire::GET_WAIT_COMPLETE;
+  uint32_t prefetch_waits = 0;
+  // Layer-wise delivery: each copy part delivers every layer of its pages;
+  // the counter at progress_offset in the buffer moves to l+1 once every
+  // part has delivered l.
+  bool layerwise = false;
+  uint64_t layer_bytes = 0, progress_offset = 0;
+  uint32_t layers = 0, parts = 1;
+  absl::Mutex progress_mu;
+  std::vector<uint32_t> parts_done ABSL_GUARDED_BY(progress_mu);  // per layer
+  uint32_t published ABSL_GUARDED_BY(progress_mu) = 0;           // the counter's value
+  // Filled as the GET runs.
+  std::vector<tiers::PagePin> pins;          // invalid where the key missed
+  std::string tiers;                         // the reply: each key's tier, 0 for a miss
+  std::vector<const uint8_t*> src;           // inline: the readable bytes of each hit
+  std::vector<std::vector<uint8_t>> bounce;  // inline: copies of pages read from disk
+  std::atomic<bool> fault{false};            // the buffer could not be touched (SIGBUS)
   FirstError error;
+  std::shared_ptr<GetTimer> timer = std::make_shared<GetTimer>();
+  void Fail(absl::Status st) { error.Set(std::move(st)); }
 };
 
 // A PUT from a registered buffer or from inline pages.
@@ -49,7 +83,7 @@ struct PutTransfer {
   uint32_t deduplicated = 0, not_stored = 0;
   std::string not_stored_reason;
   // Keys deduplicated against another PUT still storing them: counted as
-  // deduplicated only once that PUT has (FinishPut waits for it).
+  // deduplicated only once that PUT has (FinishPut's continuation).
   std::vector<std::shared_ptr<tiers::KeyInFlight>> in_flight;
   std::vector<size_t> in_flight_index;  // key of each in_flight entry
   // Per key, what became of it (wire::PutPageStatus); reserved keys are
@@ -81,14 +115,14 @@ class DataPath {
 
   // Frontend: pins every present page of `page_bytes` (a page of another
   // layout is a miss). The placement is checked by the caller.
-  std::shared_ptr<GetTransfer> PlanGet(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
+  std::shared_ptr<GetJob> PlanGet(tiers::NamespaceId ns, absl::Span<const PageKey> keys,
                                        uint64_t page_bytes, std::shared_ptr<ClientBuffer> buffer,
                                        PagePlacement place) const;
   // Copy worker: pages [begin, end) into the buffer (reads and verifies
   // pages below RAM; a page that fails its checksum becomes a miss).
-  void CopyGet(GetTransfer& t, size_t begin, size_t end) const;
+  void CopyGet(GetJob& t, size_t begin, size_t end) const;
   // After the last part: the error to reply with, if any. Releases the pins.
-  absl::Status FinishGet(GetTransfer& t) const;
+  absl::Status FinishGet(GetJob& t) const;
 
   // Frontend: reserves the chain's pages (dedup, in-flight claims, quota;
   // never disk I/O), stopping at the first page with no room. Exactly one of
@@ -101,11 +135,16 @@ class DataPath {
   // Copy worker: fills reservations [begin, end).
   void FillPut(PutTransfer& t, size_t begin, size_t end) const;
   // After the last part: commits (one sync for every durable copy), or
-  // frees everything on a copy error, which it returns. Then waits for the
-  // other PUTs this one was deduplicated against (they were submitted to the
-  // copy engine first, so their work is running or done): a key one of them
-  // gave up is not_stored here, never a dedup.
-  absl::StatusOr<PutSummary> FinishPut(PutTransfer& t) const;
+  // frees everything on a copy error, which it returns. The keys this PUT
+  // was deduplicated against another PUT still in flight are settled by that
+  // PUT, never waited for: when all are settled now, returns the summary;
+  // else returns nullopt, and `later` gets the summary once the last of
+  // those PUTs resolves, on the thread that resolves it, with no lock held
+  // (it must only queue the reply). A key one of them gave up is not_stored,
+  // never a dedup. So no copy worker waits on another job, in any order.
+  using LaterPut = std::function<void(PutSummary)>;
+  std::optional<absl::StatusOr<PutSummary>> FinishPut(const std::shared_ptr<PutTransfer>& t,
+                                                      LaterPut later) const;
 
  private:
   tiers::TierManager* store_;

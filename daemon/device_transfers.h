@@ -15,10 +15,10 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "daemon/client_buffer.h"
+#include "prefetch/prefetcher.h"
 #include "tiers/hbm/device.h"
 #include "tiers/hbm/hbm_tier.h"
-#include "prefetch/prefetcher.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::daemon {
 

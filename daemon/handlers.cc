@@ -287,23 +287,12 @@ absl::StatusOr<Daemon::Reply> Daemon::HandleStats(Session& s, const DecodedReque
   return reply;
 }
 
-// An inline GET (remote clients): page bytes travel as reply frames.
-struct InlineGet {
-  uint64_t request_id = 0;
-  std::string routing_id;
-  std::vector<tiers::PagePin> pins;  // invalid where the key missed
-  std::vector<const uint8_t*> src;   // readable bytes of each hit
-  std::vector<std::vector<uint8_t>> bounce;
-  std::string tiers;
-  FirstError error;
-};
-
 namespace {
 
 // Frames for the hits, in key order: RAM pages go zero-copy from their
 // slots (each frame owns its pin, released by the ZeroMQ I/O thread once
 // the bytes are on the wire), pages read from disk are copied once.
-Daemon::Reply InlineReply(InlineGet& job) {
+Daemon::Reply InlineReply(GetJob& job) {
   Daemon::Reply reply;
   for (size_t i = 0; i < job.pins.size(); ++i) {
     tiers::PagePin& pin = job.pins[i];
@@ -320,6 +309,24 @@ Daemon::Reply InlineReply(InlineGet& job) {
   return reply;
 }
 
+// Every page below RAM is read at once (a copy worker); the frames need its
+// bytes until the reply: its promoted slot, or a copy of its bounce buffer.
+void ReadInlinePages(GetJob& job, tiers::TierManager& store, prefetch::Prefetcher* pf) {
+  auto keep = [&](size_t i, absl::StatusOr<const uint8_t*> src) {
+    if (job.src[i] != nullptr) return;  // in RAM from the start
+    if (src.ok()) {
+      if ((job.src[i] = job.pins[i].data()) != nullptr) return;
+      job.bounce[i].assign(*src, *src + job.pins[i].bytes());
+      job.src[i] = job.bounce[i].data();
+    } else if (absl::IsDataLoss(src.status())) {
+      job.tiers[i] = 0;  // failed its checksum: a miss, never wrong bytes
+    } else {
+      job.Fail(src.status());
+    }
+  };
+  ReadPagesForGet(store, pf, absl::MakeSpan(job.pins), keep);
+}
+
 }  // namespace
 
 // Pins on the frontend; a GET whose pages are all in RAM is answered at
@@ -331,9 +338,13 @@ absl::Status Daemon::SubmitGetInline(Session& s, const DecodedRequest& d,
   if (d.request.get().policy() != wire::GET_WAIT_COMPLETE)
     return absl::InvalidArgumentError(
         "GET: policies best_effort and timeout need a registered buffer (inline GET waits)");
-  auto job = std::make_shared<InlineGet>();
+  // An inline GET (remote clients): no buffer; page bytes travel as reply
+  // frames.
+  auto job = std::make_shared<GetJob>();
   job->request_id = d.request.request_id();
   job->routing_id = routing_id;
+  job->ns = s.ns;
+  job->page_bytes = s.page_bytes;
   const size_t n = d.keys.size();
   job->pins.resize(n);
   job->src.assign(n, nullptr);
@@ -362,23 +373,7 @@ absl::Status Daemon::SubmitGetInline(Session& s, const DecodedRequest& d,
   }
   tiers::TierManager* store = store_.get();
   prefetch::Prefetcher* pf = prefetcher_.get();
-  CopyEngine::Part read = [job, store, pf] {
-    // Every page below RAM is read at once; the frames need its bytes
-    // until the reply: its promoted slot, or a copy of its bounce buffer.
-    auto keep = [&](size_t i, absl::StatusOr<const uint8_t*> src) {
-      if (job->src[i] != nullptr) return;  // in RAM from the start
-      if (src.ok()) {
-        if ((job->src[i] = job->pins[i].data()) != nullptr) return;
-        job->bounce[i].assign(*src, *src + job->pins[i].bytes());
-        job->src[i] = job->bounce[i].data();
-      } else if (absl::IsDataLoss(src.status())) {
-        job->tiers[i] = 0;  // failed its checksum: a miss, never wrong bytes
-      } else {
-        job->error.Set(src.status());
-      }
-    };
-    ReadPagesForGet(*store, pf, absl::MakeSpan(job->pins), keep);
-  };
+  CopyEngine::Part read = [job, store, pf] { ReadInlinePages(*job, *store, pf); };
   engine_->Submit({std::move(read)}, [job] {
     Reply reply;
     if (absl::Status error = job->error.Get(); !error.ok()) {

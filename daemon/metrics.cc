@@ -64,12 +64,12 @@ const std::vector<TierFamily>& TierFamilies() {
       {"kvtier_tier_io_written_bytes_total", "counter", "Bytes copied into the tier's slots.", [](const T& t) { return t.bytes_in; }},
       {"kvtier_tier_io_inflight", "gauge", "Device I/Os in flight (NVMe).", [](const T& t) { return t.io.io_inflight; }},
       {"kvtier_tier_io_errors_total", "counter", "Failed device I/Os (NVMe).", [](const T& t) { return t.io.io_errors; }},
-      {"kvtier_tier_recovered_pages", "gauge", "Pages recovered from the persistent index at start.", [](const T& t) { return t.io.recovered_pages; }},
+      {"kvtier_tier_recovered_pages", "gauge", "Pages recovered from the persistent index at start.", [](const T& t) { return t.durable.recovered_pages; }},
       {"kvtier_tier_clean_pages", "gauge", "Pages in the tier that also have a durable copy on NVMe.", [](const T& t) { return t.clean_pages; }},
       {"kvtier_tier_cleaned_total", "counter", "Pages written back ahead of need by the cleaner.", [](const T& t) { return t.cleaned; }},
       {"kvtier_tier_durability_failures_total", "counter", "PUT pages not stored because their durable copy failed.", [](const T& t) { return t.durability_failures; }},
       {"kvtier_tier_frontend_io_total", "counter", "I/Os done on the frontend thread (a bug: always 0).", [](const T& t) { return t.io.forbidden_io; }},
-      // I/O classes (tiers/io_class.h): count and summed latency per class;
+      // I/O classes (tiers/common/io_class.h): count and summed latency per class;
       // rate(..._latency_seconds_total) / rate(..._total) is the mean latency.
       {"kvtier_tier_io_demand_total", "counter", "Device I/Os a request waited for (NVMe).", [](const T& t) { return t.io.class_ios[0]; }},
       {"kvtier_tier_io_demand_latency_seconds_total", "counter", "Summed latency of demand I/Os, seconds (NVMe).", [](const T& t) { return t.io.class_latency_us[0]; }, 1e-6},

@@ -12,7 +12,7 @@
 #include "kvtier.pb.h"
 #include "prefetch/prefetcher.h"
 #include "tiers/shared_cache/shared_cache.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::daemon {
 

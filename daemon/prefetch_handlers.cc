@@ -14,42 +14,13 @@
 
 namespace kvtier::daemon {
 
-// A GET that depends on prefetch, from request to reply (declared in daemon.h).
-struct PolicyGet {
-  uint64_t request_id = 0;
-  std::string routing_id;
-  std::shared_ptr<ClientBuffer> buffer;
-  tiers::NamespaceId ns = 0;
-  std::vector<PageKey> keys;
-  PagePlacement place;  // where each key's page goes in `buffer`
-  uint64_t page_bytes = 0, layer_bytes = 0;
-  uint32_t layers = 0;
-  wire::GetPolicy policy = wire::GET_WAIT_COMPLETE;
-  bool layerwise = false;
-  uint64_t progress_offset = 0;
-  uint32_t prefetch_waits = 0;
-  std::shared_ptr<GetTimer> timer = std::make_shared<GetTimer>();
-  // Layer-wise: each copy part delivers every layer of its pages; the
-  // counter in the buffer moves to l+1 once every part has delivered l.
-  absl::Mutex progress_mu;
-  std::vector<uint32_t> parts_done ABSL_GUARDED_BY(progress_mu);  // per layer
-  uint32_t parts = 1;
-  uint32_t published ABSL_GUARDED_BY(progress_mu) = 0;  // the counter's value
-  // Filled when the copy starts.
-  std::vector<tiers::PagePin> pins;
-  std::string tiers;
-  std::atomic<bool> fault{false};
-  FirstError error;
-  void Fail(absl::Status st) { error.Set(std::move(st)); }
-};
-
 namespace {
 
 // Longest a wait_complete GET waits for promotions already running (they
 // are demand jobs then, first in line; this only guards against a wedge).
 constexpr absl::Duration kMaxDemandWait = absl::Seconds(30);
 
-absl::Status CheckGetRanges(const PolicyGet& job) {
+absl::Status CheckGetRanges(const GetJob& job) {
   const ClientBuffer& b = *job.buffer;
   RETURN_IF_ERROR(job.place.Check("GET", b, job.page_bytes));
   if (!job.layerwise) return absl::OkStatus();
@@ -65,7 +36,7 @@ absl::Status CheckGetRanges(const PolicyGet& job) {
 // that cannot be read is a miss: corrupt on disk (never wrong bytes), or
 // an I/O error, which also fails the GET.
 template <typename Use>
-void ReadRange(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
+void ReadRange(GetJob& job, size_t begin, size_t end, tiers::TierManager& store,
                prefetch::Prefetcher& pf, Use use) {
   auto on_page = [&](size_t k, absl::StatusOr<const uint8_t*> src) {
     const size_t i = begin + k;
@@ -85,7 +56,7 @@ void ReadRange(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& sto
 class LayerCopy final : public tiers::LayerSink {
  public:
   // Pages [begin, ...) of the job: the store numbers them from 0.
-  LayerCopy(PolicyGet& job, size_t begin)
+  LayerCopy(GetJob& job, size_t begin)
       : job_(job),
         begin_(begin),
         base_(job.buffer->data()),
@@ -126,7 +97,7 @@ class LayerCopy final : public tiers::LayerSink {
   void Guard(F f) {
     if (!job_.fault && !GuardedRun(f)) job_.fault = true;
   }
-  PolicyGet& job_;
+  GetJob& job_;
   const size_t begin_;
   uint8_t* base_;
   std::atomic_ref<uint64_t> progress_;
@@ -135,7 +106,7 @@ class LayerCopy final : public tiers::LayerSink {
 
 // Pages [begin, end) of a layer-wise GET, on one copy worker: each part
 // reads and copies its own pages, so the copy out of RAM uses every worker.
-void CopyLayers(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
+void CopyLayers(GetJob& job, size_t begin, size_t end, tiers::TierManager& store,
                 prefetch::Prefetcher& pf) {
   LayerCopy copy(job, begin);
   ReadLayersForGet(store, &pf, absl::MakeSpan(job.pins).subspan(begin, end - begin),
@@ -143,7 +114,7 @@ void CopyLayers(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& st
   copy.Finish();
 }
 
-void CopyPages(PolicyGet& job, size_t begin, size_t end, tiers::TierManager& store,
+void CopyPages(GetJob& job, size_t begin, size_t end, tiers::TierManager& store,
                prefetch::Prefetcher& pf) {
   ReadRange(job, begin, end, store, pf, [&](size_t i, const uint8_t* src) {
     if (absl::Status late = job.place.CheckDeadline("GET"); !late.ok()) {
@@ -221,7 +192,7 @@ absl::Status Daemon::SubmitPolicyGet(Session& s, const DecodedRequest& d,
                                      const std::string& routing_id) {
   if (!s.layout) return absl::FailedPreconditionError("GET: the session declared no layout");
   const wire::Get& g = d.request.get();
-  auto job = std::make_shared<PolicyGet>();
+  auto job = std::make_shared<GetJob>();  // its timer starts now
   ASSIGN_OR_RETURN(job->buffer, FindBuffer(s, g.buffer_id(), "GET"));
   if (job->buffer->on_device())
     return absl::FailedPreconditionError(
@@ -257,7 +228,7 @@ absl::Status Daemon::SubmitPolicyGet(Session& s, const DecodedRequest& d,
 
 // Runs on the frontend or a prefetcher thread: touches only the job, the
 // store, the prefetcher and the engine (all thread-safe), never the session.
-void Daemon::StartPolicyGet(std::shared_ptr<PolicyGet> job) {
+void Daemon::StartPolicyGet(std::shared_ptr<GetJob> job) {
   const size_t n = job->keys.size();
   job->pins.resize(n);
   job->tiers.assign(n, '\0');

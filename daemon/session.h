@@ -20,7 +20,7 @@
 #include "daemon/peers.h"
 #include "daemon/tenants.h"
 #include "kvtier/layout.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::daemon {
 

@@ -30,8 +30,8 @@ void FillTier(const tiers::TierSnapshot& t, wire::TierStats* out) {
   out->set_checksum_errors(t.checksum_errors);
   out->set_io_inflight(t.io.io_inflight);
   out->set_io_errors(t.io.io_errors);
-  out->set_recovered_pages(t.io.recovered_pages);
-  out->set_dropped_records(t.io.dropped_records);
+  out->set_recovered_pages(t.durable.recovered_pages);
+  out->set_dropped_records(t.durable.dropped_records);
   out->set_clean_pages(t.clean_pages);
   out->set_cleaned(t.cleaned);
   out->set_durability_failures(t.durability_failures);

@@ -35,28 +35,28 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   const wire::Get& g = d.request.get();
   ASSIGN_OR_RETURN(auto buffer, FindBuffer(s, g.buffer_id(), "GET"));
   ASSIGN_OR_RETURN(PagePlacement place, Placement("GET", *buffer, g, s.page_bytes));
-  std::shared_ptr<GetTransfer> t =
+  std::shared_ptr<GetJob> t =
       data_->PlanGet(s.ns, d.keys, s.page_bytes, std::move(buffer), std::move(place));
+  t->request_id = d.request.request_id();
+  t->routing_id = routing_id;
   ReportFetchedAsRemote(d.keys, t->tiers);
   const DataPath* data = data_.get();
   std::vector<CopyEngine::Part> parts;
   for (auto [b, e] : SplitRanges(d.keys.size(), s.page_bytes, engine_->threads()))
     parts.push_back([data, t, b = b, e = e] { data->CopyGet(*t, b, e); });
-  const uint64_t request_id = d.request.request_id();
-  auto timer = std::make_shared<GetTimer>();
-  timer->Wrap(parts, timer);
-  timer->Submitted();
+  t->timer->Wrap(parts, t->timer);
+  t->timer->Submitted();
   GetStages* stages = &metrics_.get_stages;
-  engine_->Submit(std::move(parts), [data, t, request_id, routing_id, timer, stages] {
-    timer->Finish(*stages);
+  engine_->Submit(std::move(parts), [data, t, stages] {
+    t->timer->Finish(*stages);
     Reply reply;
     if (absl::Status st = data->FinishGet(*t); !st.ok()) {
-      reply.response = ErrorResponse(request_id, st);
+      reply.response = ErrorResponse(t->request_id, st);
     } else {
-      reply.response = OkResponse(request_id);
+      reply.response = OkResponse(t->request_id);
       reply.response.mutable_get()->set_tiers(t->tiers);
     }
-    return ReplyFrames(routing_id, std::move(reply));
+    return ReplyFrames(t->routing_id, std::move(reply));
   });
   return absl::OkStatus();
 }
@@ -90,10 +90,8 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
   for (auto [b, e] : SplitRanges(t->reservations.size(), s.page_bytes, engine_->threads()))
     parts.push_back([data, t, b = b, e = e] { data->FillPut(*t, b, e); });
   const uint64_t request_id = d.request.request_id();
-  engine_->Submit(std::move(parts), [data, t, owned, request_id, routing_id] {
+  auto reply_of = [request_id, routing_id](const absl::StatusOr<PutSummary>& done) {
     Reply reply;
-    absl::StatusOr<PutSummary> done = data->FinishPut(*t);
-    owned->clear();
     if (!done.ok()) {
       reply.response = ErrorResponse(request_id, done.status());
       return ReplyFrames(routing_id, std::move(reply));
@@ -107,6 +105,18 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
     pr->set_page_status(std::string(done->page_status.begin(), done->page_status.end()));
     pr->set_leading_kept(done->leading_kept);
     return ReplyFrames(routing_id, std::move(reply));
+  };
+  CopyEngine* engine = engine_.get();
+  engine_->Submit(std::move(parts), [data, t, owned, engine, reply_of]() {
+    // Keys deduplicated against another PUT in flight are settled by it:
+    // its resolution queues this reply as a job of its own, so no worker
+    // waits for another job.
+    auto later = [engine, reply_of](PutSummary s) {
+      engine->Submit({}, [reply_of, s = std::move(s)] { return reply_of(s); });
+    };
+    std::optional<absl::StatusOr<PutSummary>> done = data->FinishPut(t, std::move(later));
+    owned->clear();  // committed (or given up): the inline pages are no longer read
+    return done ? reply_of(*done) : std::vector<zmq::message_t>();
   });
   return absl::OkStatus();
 }

@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "kvtier/page_key.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::prefetch {
 

@@ -7,7 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "tiers/io_class.h"
+#include "tiers/common/io_class.h"
 
 namespace kvtier::prefetch {
 

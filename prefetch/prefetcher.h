@@ -44,7 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "prefetch/prefetch_policy.h"
 #include "prefetch/prefetch_queue.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::prefetch {
 

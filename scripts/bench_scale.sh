@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The store at scale (kvtier-scale-bench, tiers/bench/): two sweeps over a
+# The store at scale (kvtier-scale-bench, tiers/store/bench/): two sweeps over a
 # TierManager of 16-byte host pages in 32-page chains with Zipf traffic. Each
 # process also builds a reference store and measures it in alternation with
 # the store under test, so every ratio compares the same machine load.
@@ -35,12 +35,12 @@ OLD="${SCALE_OLD_BENCH:-}"
 OLD_EVICT="${SCALE_OLD_EVICT_PAGES:-500}"
 
 command -v gnuplot >/dev/null || { echo "bench_scale: gnuplot is not installed (scripts/setup.sh)" >&2; exit 1; }
-if [ ! -x "$BUILD_DIR/tiers/bench/kvtier-scale-bench" ] || [ -n "${SCALE_REBUILD:-}" ]; then
+if [ ! -x "$BUILD_DIR/tiers/store/bench/kvtier-scale-bench" ] || [ -n "${SCALE_REBUILD:-}" ]; then
   [ -f "$BUILD_DIR/CMakeCache.txt" ] ||
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   ninja -C "$BUILD_DIR" kvtier-scale-bench >/dev/null
 fi
-BENCH="$BUILD_DIR/tiers/bench/kvtier-scale-bench"
+BENCH="$BUILD_DIR/tiers/store/bench/kvtier-scale-bench"
 mkdir -p "$OUT" "$PLOTS"
 CSV="$OUT/scale.csv"
 run() {  # label binary namespaces pages ref_namespaces [flags...]

@@ -19,7 +19,7 @@ command -v ninja >/dev/null && GEN=(-G Ninja)
 # Hooks on: the sync points are code the analysis should see too.
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Debug \
   -DKVTIER_CUDA=OFF -DKVTIER_TEST_HOOKS=ON -DKVTIER_THREAD_SAFETY=ON >/dev/null
-targets=(kvtier_api kvtier_tiers kvtier_nvme_device kvtier_nvme kvtier_hbm kvtier_prefetch
+targets=(kvtier_api kvtier_tier kvtier_host kvtier_store kvtier_nvme_device kvtier_nvme kvtier_hbm kvtier_prefetch
          kvtier_daemon kvtier_remote kvtier_seal kvtier_shared_cache kvtier_memory_shared_cache)
 log="$build/thread-safety.log"
 start=$(date +%s)

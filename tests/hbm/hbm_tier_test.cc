@@ -56,8 +56,8 @@ TEST(HbmTierTest, SlotsAreDeviceMemoryMovedByCopies) {
                   .ok());
   EXPECT_EQ(via_ptr, in);
   EXPECT_TRUE(absl::IsOutOfRange(tier->Read(*slot, 1, out.data(), kPage)));
-  EXPECT_EQ(tier->counters().bytes_written, kPage);
-  EXPECT_EQ(tier->counters().bytes_read, kPage);
+  EXPECT_EQ(tier->io_counters().bytes_written, kPage);
+  EXPECT_EQ(tier->io_counters().bytes_read, kPage);
   tier->Free(*slot);
   EXPECT_EQ(tier->used_bytes(), 0u);
 }

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tiers/host_tier.h"
-#include "tiers/tier_manager.h"
+#include "tiers/host/host_tier.h"
+#include "tiers/store/tier_manager.h"
 
 namespace kvtier::tiers::shared_cache {
 namespace {

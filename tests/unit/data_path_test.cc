@@ -1,13 +1,22 @@
 // DataPath without a daemon or sockets: PUT from and GET into a mapped shm
 // buffer over a real host + NVMe store, as the copy engine runs them (plan,
 // parts, finish), including what a PUT reply says when a durable copy fails
-// (issue 11: never a dedup) and when the client truncates its buffer.
+// (issue 11: never a dedup) and when the client truncates its buffer, and how
+// a PUT deduplicated against another PUT in flight is settled by that PUT's
+// completion, never by a worker waiting (issue 27), in any job order.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
+#include <set>
+#include <string>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "daemon/copy_engine.h"
 #include "daemon/data_path.h"
 #include "gtest/gtest.h"
 #include "kvtier/shm_buffer.h"
@@ -54,14 +63,31 @@ class DataPathTest : public tiers::NvmeFaultTest {
     auto t = data.PlanPut(ns_["a"], keys, PageKey::Zero(), kPage, buf_, Offsets(keys.size()), {});
     if (!t.ok()) return t.status();
     data.FillPut(**t, 0, (*t)->reservations.size());
-    return data.FinishPut(**t);
+    return FinishNow(data, *t);
+  }
+  // FinishPut of a PUT with no dedup against another PUT in flight: settled
+  // at once.
+  static absl::StatusOr<PutSummary> FinishNow(const DataPath& data,
+                                              const std::shared_ptr<PutTransfer>& t) {
+    auto done = data.FinishPut(t, [](PutSummary) { ADD_FAILURE() << "settled later"; });
+    if (!done) return absl::InternalError("FinishPut deferred a PUT with nothing in flight");
+    return *std::move(done);
+  }
+  // Writes page `id` at buffer slot `slot` and plans a PUT of it there.
+  std::shared_ptr<PutTransfer> PlanOne(const DataPath& data, uint64_t id, size_t slot) {
+    std::memcpy(shm_->data() + slot * kPage, Bytes(kPage, id).data(), kPage);
+    std::vector<PageKey> keys = {Key(id)};
+    auto t = data.PlanPut(ns_["a"], keys, PageKey::Zero(), kPage, buf_,
+                          PagePlacement(std::vector<uint64_t>{slot * kPage}), {});
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.ok() ? *t : nullptr;
   }
   absl::StatusOr<std::string> Get(const std::vector<uint64_t>& ids) {
     std::vector<PageKey> keys;
     for (uint64_t id : ids) keys.push_back(Key(id));
     std::memset(shm_->data(), 0, shm_->size());
     DataPath data(mgr_.get(), nullptr, nullptr);
-    std::shared_ptr<GetTransfer> t = data.PlanGet(ns_["a"], keys, kPage, buf_, Offsets(keys.size()));
+    std::shared_ptr<GetJob> t = data.PlanGet(ns_["a"], keys, kPage, buf_, Offsets(keys.size()));
     data.CopyGet(*t, 0, keys.size());
     if (absl::Status st = data.FinishGet(*t); !st.ok()) return st;
     return t->tiers;
@@ -127,13 +153,119 @@ TEST_F(DataPathTest, TruncatedBufferFailsThePutAndPublishesNothing) {
   ASSERT_EQ(ftruncate(fd, 0), 0);
   close(fd);
   data.FillPut(**t, 0, 2);
-  absl::StatusOr<PutSummary> done = data.FinishPut(**t);
+  absl::StatusOr<PutSummary> done = FinishNow(data, *t);
   EXPECT_EQ(done.status().code(), absl::StatusCode::kFailedPrecondition) << done.status();
   EXPECT_EQ(mgr_->Lookup(ns_["a"], keys).hits, 0u);
   // The keys' claims went with the reservations: a later PUT stores them.
   auto again = mgr_->Reserve(ns_["a"], Key(10), PageKey::Zero(), kPage);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->outcome, tiers::PutOutcome::kReserved);
+}
+
+// Two PUTs of one key: the first claims it, the second is deduplicated
+// against it while it is in flight. The second finishes first (a copy engine
+// may run jobs in any order): it must not wait, and its reply comes when the
+// first commits, saying "deduplicated".
+TEST_F(DataPathTest, DedupAgainstAPutInFlightIsSettledByItsCommitNotByAWait) {
+  OpenFaulty(4);
+  DataPath data(mgr_.get(), nullptr, nullptr);
+  std::shared_ptr<PutTransfer> first = PlanOne(data, 5, 0);
+  std::shared_ptr<PutTransfer> second = PlanOne(data, 5, 1);
+  ASSERT_TRUE(first && second);
+  ASSERT_EQ(first->reservations.size(), 1u);
+  ASSERT_EQ(second->reservations.size(), 0u);
+  ASSERT_EQ(second->in_flight.size(), 1u);
+  std::optional<PutSummary> later;
+  const absl::Time start = absl::Now();
+  auto early = data.FinishPut(second, [&](PutSummary s) { later = std::move(s); });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "FinishPut waited for the other PUT";
+  EXPECT_FALSE(early.has_value()) << "settled before the other PUT resolved";
+  EXPECT_FALSE(later.has_value());
+  data.FillPut(*first, 0, 1);
+  absl::StatusOr<PutSummary> stored = FinishNow(data, first);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->stored, 1u);
+  ASSERT_TRUE(later.has_value()) << "the first PUT's commit did not settle the second";
+  EXPECT_EQ(later->deduplicated, 1u);
+  EXPECT_EQ(later->not_stored, 0u);
+  EXPECT_EQ(later->page_status, std::vector<uint8_t>{static_cast<uint8_t>(wire::PUT_PAGE_DEDUPLICATED)});
+  EXPECT_EQ(later->leading_kept, 1u);
+}
+
+// The same, but the first PUT fails (its buffer is truncated): the second's
+// key is not stored, and says why; never a dedup of a page that is not there.
+TEST_F(DataPathTest, DedupAgainstAPutThatFailsIsNotStored) {
+  OpenFaulty(4);
+  DataPath data(mgr_.get(), nullptr, nullptr);
+  std::shared_ptr<PutTransfer> first = PlanOne(data, 6, 0);
+  std::shared_ptr<PutTransfer> second = PlanOne(data, 6, 1);
+  ASSERT_TRUE(first && second);
+  std::optional<PutSummary> later;
+  EXPECT_FALSE(data.FinishPut(second, [&](PutSummary s) { later = std::move(s); }).has_value());
+  first->fault = true;  // as FillPut marks a SIGBUS on the client's buffer
+  absl::StatusOr<PutSummary> failed = FinishNow(data, first);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition) << failed.status();
+  ASSERT_TRUE(later.has_value());
+  EXPECT_EQ(later->deduplicated, 0u);
+  EXPECT_EQ(later->not_stored, 1u);
+  EXPECT_EQ(later->page_status, std::vector<uint8_t>{static_cast<uint8_t>(wire::PUT_PAGE_OTHER_PUT_FAILED)});
+  EXPECT_NE(later->not_stored_reason.find("another PUT"), std::string::npos);
+  EXPECT_EQ(mgr_->Lookup(ns_["a"], std::vector<PageKey>{Key(6)}).hits, 0u);
+}
+
+// The daemon's shape of it on a real copy engine with one worker that runs
+// the newest task first: the dedup PUT's finish runs before the PUT it
+// depends on. Waiting there (the old FinishPut) held the only worker for 30
+// s and then answered "not stored"; now both replies come at once, right.
+TEST_F(DataPathTest, OutOfOrderCopyEngineAnswersBothPutsWithoutWaiting) {
+  OpenFaulty(4);
+  zmq::context_t ctx(1);
+  zmq::socket_t pull(ctx, zmq::socket_type::pull);
+  pull.bind("inproc://lifo-engine-test");
+  auto engine = CopyEngine::Create(ctx, "inproc://lifo-engine-test", 1, CopyEngine::Order::kLifo);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  CopyEngine* eng = engine->get();
+  DataPath data(mgr_.get(), nullptr, nullptr);
+  auto reply = [](std::string name, const absl::StatusOr<PutSummary>& s) {
+    std::vector<zmq::message_t> f;
+    f.emplace_back(s.ok() ? absl::StrCat(name, " stored=", s->stored, " dedup=", s->deduplicated,
+                                         " not_stored=", s->not_stored)
+                          : absl::StrCat(name, " ", s.status().ToString()));
+    return f;
+  };
+  auto submit = [&](std::string name, std::shared_ptr<PutTransfer> t) {
+    std::vector<CopyEngine::Part> parts;
+    if (!t->reservations.empty()) parts.push_back([&data, t] { data.FillPut(*t, 0, 1); });
+    eng->Submit(std::move(parts), [&data, eng, reply, name, t] {
+      auto later = [eng, reply, name](PutSummary s) {
+        eng->Submit({}, [reply, name, s = std::move(s)] { return reply(name, s); });
+      };
+      auto done = data.FinishPut(t, later);
+      return done ? reply(name, *done) : std::vector<zmq::message_t>();
+    });
+  };
+  // A gate holds the only worker until both PUTs are queued.
+  absl::Notification queued;
+  eng->Submit({[&queued] { queued.WaitForNotification(); }}, [] {
+    std::vector<zmq::message_t> f;
+    f.emplace_back(std::string("gate"));
+    return f;
+  });
+  submit("first", PlanOne(data, 7, 0));
+  submit("second", PlanOne(data, 7, 1));
+  const absl::Time start = absl::Now();
+  queued.Notify();
+  std::set<std::string> replies;
+  pull.set(zmq::sockopt::rcvtimeo, 10000);
+  for (int i = 0; i < 3; ++i) {
+    zmq::message_t m;
+    ASSERT_TRUE(pull.recv(m)) << "no reply " << i << " within 10 s";
+    replies.insert(m.to_string());
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(replies, (std::set<std::string>{"gate", "first stored=1 dedup=0 not_stored=0",
+                                            "second stored=0 dedup=1 not_stored=0"}));
+  (*engine)->Shutdown();
 }
 
 // Generated shm names are "/kvtier-client-<pid>-<n>": an object a killed

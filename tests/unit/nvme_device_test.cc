@@ -28,7 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kvtier/test_hooks.h"
-#include "tiers/io_class.h"
+#include "tiers/common/io_class.h"
 #include "tiers/nvme/device.h"
 
 namespace kvtier::tiers::nvme {

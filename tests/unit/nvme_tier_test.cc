@@ -60,7 +60,7 @@ TEST_F(NvmeTierTest, RestartServesPagesThatReachedNvme) {
   ASSERT_GT(on_nvme, 0u);
   Open(8);  // "restart": host contents are gone, NVMe pages come back
   EXPECT_EQ(Snap(1).pages, on_nvme);
-  EXPECT_EQ(Snap(1).io.recovered_pages, on_nvme);
+  EXPECT_EQ(Snap(1).durable.recovered_pages, on_nvme);
   uint64_t found = 0;
   std::vector<uint8_t> got;
   for (uint64_t i = 0; i < 40; ++i) {
@@ -129,7 +129,7 @@ TEST_F(NvmeTierTest, TruncatedDataFileDropsRecordsPastTheEnd) {
   ASSERT_EQ(truncate((dir_ / "kvtier-nvme.data").c_str(), kSlab), 0);  // keep one slab
   Open(4);
   EXPECT_LT(Snap(1).pages, on_nvme);
-  EXPECT_GT(Snap(1).io.dropped_records, 0u);
+  EXPECT_GT(Snap(1).durable.dropped_records, 0u);
   std::vector<uint8_t> got;
   for (uint64_t i = 0; i < 40; ++i) {
     if (Get("a", i, &got).ok()) {
@@ -152,7 +152,7 @@ TEST_F(NvmeTierTest, CorruptIndexRecordIsDropped) {
   }
   Open(4);
   EXPECT_EQ(Snap(1).pages, on_nvme);
-  EXPECT_EQ(Snap(1).io.dropped_records, 1u);
+  EXPECT_EQ(Snap(1).durable.dropped_records, 1u);
 }
 
 TEST_F(NvmeTierTest, PagesOfARemovedTenantAreDeletedAtStart) {
@@ -161,7 +161,7 @@ TEST_F(NvmeTierTest, PagesOfARemovedTenantAreDeletedAtStart) {
   ASSERT_GT(Snap(1).pages, 0u);
   Open(4, {"a"});
   EXPECT_EQ(Snap(1).pages, 0u);
-  EXPECT_GT(Snap(1).io.dropped_records, 0u);
+  EXPECT_GT(Snap(1).durable.dropped_records, 0u);
   // Isolation across restarts: tenant "a" cannot see b's keys.
   std::vector<uint8_t> got;
   EXPECT_FALSE(Get("a", 100, &got).ok());
@@ -272,12 +272,12 @@ TEST_F(NvmeFaultTest, SilentTornWriteIsCaughtAfterRestart) {
   mgr_->EvictTo(0, 0);
   ASSERT_EQ(Snap(1).pages, 4u);
   Open(16);  // restart over the same data file and index, no faults
-  ASSERT_EQ(Snap(1).io.recovered_pages, 4u);
+  ASSERT_EQ(Snap(1).durable.recovered_pages, 4u);
   EXPECT_EQ(CountGood(0, 4), 3u);
   EXPECT_GE(Snap(1).checksum_errors, 1u);
   mgr_->EvictTo(0, 0);  // GETs promoted the good pages: back to NVMe
   Open(16);  // the torn page's record went with it
-  EXPECT_EQ(Snap(1).io.recovered_pages, 3u);
+  EXPECT_EQ(Snap(1).durable.recovered_pages, 3u);
   EXPECT_EQ(CountGood(0, 4), 3u);
 }
 

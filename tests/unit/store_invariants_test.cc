@@ -5,6 +5,7 @@
 // clean restart, long namespace names persist, and interleavings forced with
 // sync points where those bugs lived.
 #include <atomic>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -12,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "kvtier/test_hooks.h"
 #include "tests/unit/nvme_test_fixture.h"
-#include "tiers/io_guard.h"
+#include "tiers/common/io_guard.h"
 #include "tiers/nvme/nvme_index.h"
 
 namespace kvtier::tiers {
@@ -61,7 +62,7 @@ TEST_F(StoreInvariantsTest, RepeatedKeyInOnePutIsStoredOnceAndSurvivesRestart) {
     ASSERT_TRUE(Get("a", k, &got).ok()) << k;
     EXPECT_EQ(got, Bytes(kPage, k));
   }
-  EXPECT_EQ(Snap(1).io.dropped_records, 0u);
+  EXPECT_EQ(Snap(1).durable.dropped_records, 0u);
 }
 
 // Four sessions PUT chains that share a system prompt, pairwise-shared pages
@@ -97,7 +98,7 @@ TEST_F(StoreInvariantsTest, ConcurrentPutsOfSharedPrefixesLoseNothingAcrossResta
     ASSERT_TRUE(served.ok()) << "acknowledged page " << k << " lost: " << served.status();
     EXPECT_EQ(got, Bytes(kPage, k)) << "page " << k;
   }
-  EXPECT_EQ(Snap(1).io.dropped_records, 0u);
+  EXPECT_EQ(Snap(1).durable.dropped_records, 0u);
   EXPECT_EQ(Snap(1).checksum_errors, 0u);
 }
 
@@ -253,7 +254,7 @@ TEST_F(StoreInvariantsTest, NamespaceNamesOfEveryAcceptedLengthPersist) {
   const uint64_t on_nvme = Snap(1).pages;
   Open(1, {"a", long_name});
   EXPECT_EQ(Snap(1).pages, on_nvme);
-  EXPECT_EQ(Snap(1).io.dropped_records, 0u);
+  EXPECT_EQ(Snap(1).durable.dropped_records, 0u);
   for (size_t len : {1, 100, 254, 255, 256, 300, 4096}) {
     const std::string ns(len, 'x');
     nvme::IndexRecord r{ns, Key(9), Key(8), 4096, 123, 77, 5};
@@ -393,9 +394,10 @@ namespace kvtier::tiers {
 namespace {
 
 // A PUT deduplicated against another PUT of the key still in flight learns
-// that PUT's fate: stored once it is published (durable, under
-// write-through), or not when it gives the key up, so its own reply never
-// promises a page that was not stored.
+// that PUT's fate through its continuation: stored once it is published
+// (durable, under write-through), or not when it gives the key up, so its
+// own reply never promises a page that was not stored. Nothing waits: the
+// continuation runs on the thread that resolves the key, once.
 TEST_F(StoreInvariantsTest, DedupAgainstAPutInFlightResolvesWithIt) {
   write_through_ = true;
   Open(/*host_pages=*/8);
@@ -404,12 +406,28 @@ TEST_F(StoreInvariantsTest, DedupAgainstAPutInFlightResolvesWithIt) {
   ASSERT_TRUE(first.ok() && second.ok());
   ASSERT_EQ(second->outcome, PutOutcome::kDeduplicated);
   ASSERT_NE(second->in_flight, nullptr);
-  bool stored = true;
-  EXPECT_FALSE(second->in_flight->WaitFor(absl::ZeroDuration(), &stored));  // not yet
-  ASSERT_TRUE(first->reservation.Fill(Bytes(kPage, 1).data()).ok());
-  ASSERT_TRUE(first->reservation.Commit());
-  ASSERT_TRUE(second->in_flight->WaitFor(absl::ZeroDuration(), &stored));
+  int calls = 0;
+  bool stored = false;
+  std::thread::id where;
+  second->in_flight->OnResolved([&](bool s) {
+    ++calls;
+    stored = s;
+    where = std::this_thread::get_id();
+  });
+  EXPECT_EQ(calls, 0);  // not yet
+  std::thread committer([&] {
+    ASSERT_TRUE(first->reservation.Fill(Bytes(kPage, 1).data()).ok());
+    ASSERT_TRUE(first->reservation.Commit());
+  });
+  const std::thread::id committer_id = committer.get_id();
+  committer.join();
+  EXPECT_EQ(calls, 1);
   EXPECT_TRUE(stored);
+  EXPECT_EQ(where, committer_id);  // on the resolving thread
+  // A continuation left after the fact runs at once, here.
+  int late = 0;
+  second->in_flight->OnResolved([&](bool s) { late += s ? 1 : 100; });
+  EXPECT_EQ(late, 1);
   // A dedup against a present page carries no handle: the page is there.
   auto third = mgr_->Reserve(ns_["a"], Key(1), PageKey::Zero(), kPage);
   ASSERT_TRUE(third.ok());
@@ -418,21 +436,11 @@ TEST_F(StoreInvariantsTest, DedupAgainstAPutInFlightResolvesWithIt) {
   auto a = mgr_->Reserve(ns_["a"], Key(2), PageKey::Zero(), kPage);
   auto b = mgr_->Reserve(ns_["a"], Key(2), PageKey::Zero(), kPage);
   ASSERT_TRUE(a.ok() && b.ok() && b->in_flight != nullptr);
+  std::optional<bool> given_up;
+  b->in_flight->OnResolved([&](bool s) { given_up = s; });
   a->reservation = Reservation();
-  ASSERT_TRUE(b->in_flight->WaitFor(absl::ZeroDuration(), &stored));
-  EXPECT_FALSE(stored);
-  // And a waiter on another thread is woken by the commit.
-  auto c = mgr_->Reserve(ns_["a"], Key(3), PageKey::Zero(), kPage);
-  auto d = mgr_->Reserve(ns_["a"], Key(3), PageKey::Zero(), kPage);
-  ASSERT_TRUE(c.ok() && d.ok() && d->in_flight != nullptr);
-  std::thread waiter([&] {
-    bool ok = false;
-    EXPECT_TRUE(d->in_flight->WaitFor(absl::Seconds(30), &ok));
-    EXPECT_TRUE(ok);
-  });
-  ASSERT_TRUE(c->reservation.Fill(Bytes(kPage, 3).data()).ok());
-  ASSERT_TRUE(c->reservation.Commit());
-  waiter.join();
+  ASSERT_TRUE(given_up.has_value());
+  EXPECT_FALSE(*given_up);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ target_include_directories(tiers_test PRIVATE ${PROJECT_SOURCE_DIR})
 kvtier_test(
   NAME tiers_read_batch_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/tiers_read_batch_test.cc
-  DEPS kvtier_nvme RocksDB::rocksdb
+  DEPS kvtier_nvme kvtier_tiers RocksDB::rocksdb
   LABELS unit
   TIMEOUT 120)
 target_include_directories(tiers_read_batch_test PRIVATE ${PROJECT_SOURCE_DIR})
@@ -31,7 +31,7 @@ target_include_directories(tiers_read_batch_test PRIVATE ${PROJECT_SOURCE_DIR})
 kvtier_test(
   NAME tiers_layer_reads_test
   SRCS ${PROJECT_SOURCE_DIR}/tests/unit/tiers_layer_reads_test.cc
-  DEPS kvtier_nvme RocksDB::rocksdb
+  DEPS kvtier_nvme kvtier_tiers RocksDB::rocksdb
   LABELS unit
   TIMEOUT 120)
 target_include_directories(tiers_layer_reads_test PRIVATE ${PROJECT_SOURCE_DIR})

@@ -9,7 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/tiers_test_util.h"
-#include "tiers/page_index.h"
+#include "tiers/store/internal/page_index.h"
 
 namespace kvtier::tiers {
 namespace {

@@ -1,4 +1,4 @@
-// TierManager::ReadLayers (tiers/layer_reads.cc), the read of a layer-wise
+// TierManager::ReadLayers (tiers/store/layer_reads.cc), the read of a layer-wise
 // GET, over the NVMe tier on a memory device behind the fault injector:
 // layers come in order and byte-exact for aligned and unaligned layer
 // sizes, layer 0 is handed over while later layers are still being read, a
@@ -19,8 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/unit/nvme_test_fixture.h"
+#include "tiers/common/verify_chunks.h"
 #include "tiers/nvme/nvme_index.h"
-#include "tiers/verify_chunks.h"
 
 namespace kvtier::tiers {
 namespace {

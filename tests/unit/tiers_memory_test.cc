@@ -1,4 +1,4 @@
-// The index's memory (tiers/entry_pool.h, tiers/huge_pages.h): entries come
+// The index's memory (tiers/store/internal/entry_pool.h, tiers/common/huge_pages.h): entries come
 // from line-aligned pool blocks that are reused once freed, huge mappings are
 // 2 MiB-aligned and zero-filled, and a hash table whose arrays cross to
 // huge mappings as it grows keeps every key.
@@ -9,8 +9,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "tests/unit/tiers_test_util.h"
-#include "tiers/entry_pool.h"
-#include "tiers/huge_pages.h"
+#include "tiers/common/huge_pages.h"
+#include "tiers/store/internal/entry_pool.h"
 
 namespace kvtier::tiers {
 namespace {

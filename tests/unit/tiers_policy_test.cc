@@ -1,4 +1,4 @@
-// Eviction policies (tiers/eviction_policy.h): what 2q promises beyond LRU
+// Eviction policies (tiers/store/eviction_policy.h): what 2q promises beyond LRU
 // (pages read again outlive a flood of one-off pages; a page PUT again soon
 // after its eviction skips probation; protected pages stay within their
 // share), that it keeps the store's rules (pinned pages stay, leaf-first),

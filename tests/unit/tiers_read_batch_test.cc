@@ -1,4 +1,4 @@
-// TierManager::ReadPages (tiers/page_reads.cc), the batched read of a GET
+// TierManager::ReadPages (tiers/store/page_reads.cc), the batched read of a GET
 // range, over the NVMe tier on a memory device behind the fault injector:
 // byte-exact pages, a corrupt page is a miss and only that, an I/O error is
 // its page's alone, the reads really overlap, pins and holds are released,

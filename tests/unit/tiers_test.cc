@@ -9,8 +9,8 @@
 
 #include "gtest/gtest.h"
 #include "tests/unit/tiers_test_util.h"
-#include "tiers/shm_region.h"
-#include "tiers/slab_arena.h"
+#include "tiers/common/slab_arena.h"
+#include "tiers/host/shm_region.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -155,8 +155,8 @@ TEST(HostTierTest, ReadWriteAreBoundsChecked) {
   EXPECT_EQ(std::memcmp(tier->Address(*slot), data.data(), 1000), 0);
   EXPECT_TRUE(absl::IsOutOfRange(tier->Write(*slot, 1, data.data(), 1000)));
   EXPECT_TRUE(absl::IsOutOfRange(tier->Read(*slot, UINT64_MAX, back.data(), 2)));
-  EXPECT_EQ(tier->counters().bytes_written, 1000u);
-  EXPECT_EQ(tier->counters().bytes_read, 1000u);
+  EXPECT_EQ(tier->io_counters().bytes_written, 1000u);
+  EXPECT_EQ(tier->io_counters().bytes_read, 1000u);
   EXPECT_EQ(tier->used_bytes(), 1024u);
   tier->Free(*slot);
   EXPECT_EQ(tier->used_bytes(), 0u);

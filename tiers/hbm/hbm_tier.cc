@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kvtier/status_macros.h"
-#include "tiers/slab_arena.h"
+#include "tiers/common/slab_arena.h"
 
 namespace kvtier::tiers {
 
@@ -59,20 +59,29 @@ absl::Status HbmTier::Write(const Slot& slot, uint64_t offset, const void* src, 
   return absl::OkStatus();
 }
 
-absl::Status HbmTier::Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) {
-  RETURN_IF_ERROR(CheckRange(slot, offset, n));
-  RETURN_IF_ERROR(device_->Copy(hbm::CopyKind::kDeviceToHost,
-                                {{dst, DevicePtr(slot) + offset, n}}, NextStream()));
-  bytes_read_.fetch_add(n, std::memory_order_relaxed);
-  return absl::OkStatus();
+void HbmTier::ReadRangeAsync(const Slot& slot, uint64_t offset, uint64_t n, void* dst,
+                             uint64_t dst_room, ReadDone done) {
+  absl::Status st = CheckRange(slot, offset, n);
+  if (st.ok() && dst_room < n)
+    st = absl::OutOfRangeError(absl::StrCat("hbm read of ", n, " bytes into ", dst_room));
+  if (st.ok())
+    st = device_->Copy(hbm::CopyKind::kDeviceToHost, {{dst, DevicePtr(slot) + offset, n}},
+                       NextStream());
+  if (st.ok()) bytes_read_.fetch_add(n, std::memory_order_relaxed);
+  done(std::move(st));
 }
 
 void HbmTier::CountOut(uint64_t n) { bytes_read_.fetch_add(n, std::memory_order_relaxed); }
 
-TierCounters HbmTier::counters() const {
-  return TierCounters{bytes_written_.load(std::memory_order_relaxed),
-                      bytes_read_.load(std::memory_order_relaxed),
-                      alloc_failures_.load(std::memory_order_relaxed)};
+IoCounters HbmTier::io_counters() const {
+  IoCounters c;
+  c.bytes_written = bytes_written_.load(std::memory_order_relaxed);
+  c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
+  return c;
+}
+
+uint64_t HbmTier::alloc_failures() const {
+  return alloc_failures_.load(std::memory_order_relaxed);
 }
 
 absl::Status HbmTier::CheckRange(const Slot& slot, uint64_t offset, uint64_t n) const {

@@ -40,11 +40,19 @@ class HbmTier final : public Tier {
   absl::StatusOr<Slot> Allocate(uint64_t bytes) override;
   void Free(const Slot& slot) override;
 
+  uint64_t alloc_failures() const override;
   uint8_t* Address(const Slot& slot) override { return nullptr; }
-  // H2D / D2H copies that return when the bytes have arrived.
+  std::pair<uint8_t*, uint64_t> Region() override { return {nullptr, 0}; }
+
+  // H2D / D2H copies that return when the bytes have arrived (a read's
+  // `done` runs on the calling thread, after the copy).
   absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) override;
-  absl::Status Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) override;
-  TierCounters counters() const override;
+  void ReadRangeAsync(const Slot& slot, uint64_t offset, uint64_t n, void* dst, uint64_t dst_room,
+                      ReadDone done) override;
+  uint64_t read_alignment() const override { return 1; }
+  uint32_t queue_depth() const override { return 1; }
+  absl::Status RegisterIoRegion(void*, uint64_t) override { return absl::OkStatus(); }
+  IoCounters io_counters() const override;
 
   // Device address of a slot's first byte (valid while the slot is held).
   uint8_t* DevicePtr(const Slot& slot) const { return pool_ + slot.offset; }

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "tiers/io_class.h"
+#include "tiers/common/io_class.h"
 
 namespace kvtier::tiers::nvme {
 
@@ -35,7 +35,7 @@ struct DeviceStats {
   uint64_t rejected = 0;        // calls refused by the alignment/bounds checks
   uint64_t inflight = 0;        // I/Os issued and not yet completed, now
   uint64_t max_inflight = 0;    // high-water mark of `inflight`
-  // Async I/Os by class (tiers/io_class.h: the issuing thread's) and the sum
+  // Async I/Os by class (tiers/common/io_class.h: the issuing thread's) and the sum
   // of their submit-to-completion times, for mean latency per class.
   uint64_t class_ios[kIoClasses] = {};
   uint64_t class_latency_us[kIoClasses] = {};

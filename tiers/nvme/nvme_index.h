@@ -29,7 +29,7 @@ struct IndexRecord {
   uint32_t bytes = 0;   // page bytes
   uint64_t checksum = 0;
   uint64_t stamp = 0;
-  // Verification chunks (tiers/verify_chunks.h), when the page has them:
+  // Verification chunks (tiers/common/verify_chunks.h), when the page has them:
   // stored in version-2 records; version-1 records have none.
   uint32_t chunk_bytes = 0;
   std::vector<uint64_t> chunk_sums;

@@ -16,16 +16,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "kvtier/errors.h"
-#include "spdlog/spdlog.h"
-#include "kvtier/paths.h"
-#include "kvtier/status_macros.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "kvtier/errors.h"
+#include "kvtier/paths.h"
+#include "kvtier/status_macros.h"
 #include "kvtier/test_hooks.h"
-#include "tiers/io_guard.h"
+#include "spdlog/spdlog.h"
+#include "tiers/common/io_guard.h"
+#include "tiers/common/slab_arena.h"
 #include "tiers/nvme/nvme_index.h"
-#include "tiers/slab_arena.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -57,13 +57,17 @@ struct AlignedBuffer {
   uint8_t* data;
 };
 
-class NvmeTier final : public Tier {
+// The tier and its durable index in one object: the index's records name
+// the tier's slots. DurableIndex is the first base, so it is constructed
+// before Tier is handed a pointer to it.
+class NvmeTier final : public DurableIndex, public Tier {
  public:
   NvmeTier(NvmeTierConfig config, std::unique_ptr<nvme::Device> device,
            std::unique_ptr<SlabArena> arena, std::unique_ptr<nvme::NvmeIndex> index,
            uint64_t valid_bytes)
-      : config_(std::move(config)), device_(std::move(device)), arena_(std::move(arena)),
-        index_(std::move(index)), valid_bytes_(valid_bytes) {}
+      : Tier(static_cast<DurableIndex*>(this)), config_(std::move(config)),
+        device_(std::move(device)), arena_(std::move(arena)), index_(std::move(index)),
+        valid_bytes_(valid_bytes) {}
 
   TierKind kind() const override { return TierKind::kNvme; }
   std::string backing() const override { return device_->Describe(); }
@@ -93,6 +97,10 @@ class NvmeTier final : public Tier {
     return device_->RegisterBufferRegion(base, len);
   }
   uint8_t* Address(const Slot&) override { return nullptr; }
+  std::pair<uint8_t*, uint64_t> Region() override { return {nullptr, 0}; }
+  uint64_t alloc_failures() const override {
+    return alloc_failures_.load(std::memory_order_relaxed);
+  }
 
   absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) override {
     CountForbiddenIo();
@@ -121,31 +129,6 @@ class NvmeTier final : public Tier {
       pending_sums_[slot.offset] = std::move(sums);
     }
     return st;
-  }
-
-  absl::Status Read(const Slot& slot, uint64_t offset, void* dst, uint64_t n) override {
-    CountForbiddenIo();
-    if (offset > slot.bytes || n > slot.bytes - offset)
-      return absl::OutOfRangeError(absl::StrCat("read [", offset, ", +", n, ") outside a ",
-                                                slot.bytes, "-byte NVMe slot"));
-    absl::Status st;
-    if (offset == 0 && Aligned(dst, n)) {
-      st = WaitIo([&](nvme::IoCallback cb) { device_->ReadAsync(slot.offset, dst, n, std::move(cb)); });
-    } else {
-      const uint64_t start = offset / kBlockSize * kBlockSize;
-      const uint64_t len = RoundUp(offset + n) - start;
-      AlignedBuffer bounce(len);
-      st = WaitIo([&](nvme::IoCallback cb) {
-        device_->ReadAsync(slot.offset + start, bounce.data, len, std::move(cb));
-      });
-      if (st.ok()) std::memcpy(dst, bounce.data + (offset - start), n);
-    }
-    if (st.ok()) bytes_read_.fetch_add(n, std::memory_order_relaxed);
-    return st;
-  }
-
-  void ReadAsync(const Slot& slot, void* dst, uint64_t dst_room, ReadDone done) override {
-    ReadRangeAsync(slot, 0, slot.bytes, dst, dst_room, std::move(done));
   }
 
   void ReadRangeAsync(const Slot& slot, uint64_t offset, uint64_t n, void* dst, uint64_t dst_room,
@@ -187,30 +170,32 @@ class NvmeTier final : public Tier {
     return ChunkSums{r->chunk_bytes, std::move(r->chunk_sums)};
   }
 
+  uint64_t read_alignment() const override { return kBlockSize; }
   uint32_t queue_depth() const override { return config_.io_threads * config_.queue_depth; }
 
-  TierCounters counters() const override {
+  IoCounters io_counters() const override {
     nvme::DeviceStats d = device_->stats();
-    TierCounters c;
+    IoCounters c;
     c.bytes_written = bytes_written_.load(std::memory_order_relaxed);
     c.bytes_read = bytes_read_.load(std::memory_order_relaxed);
-    c.alloc_failures = alloc_failures_.load(std::memory_order_relaxed);
     c.io_inflight = d.inflight;
     c.io_errors = d.read_errors + d.write_errors;
     for (size_t k = 0; k < kIoClasses; ++k) {
       c.class_ios[k] = d.class_ios[k];
       c.class_latency_us[k] = d.class_latency_us[k];
     }
-    c.recovered_pages = recovered_.load(std::memory_order_relaxed);
-    c.dropped_records = dropped_.load(std::memory_order_relaxed);
     c.forbidden_io = forbidden_io_.load(std::memory_order_relaxed);
     return c;
   }
 
-  bool persistent() const override { return true; }
+  // --- DurableIndex: the RocksDB records of the pages on the device. ---
+  DurableCounters durable_counters() const override {
+    return DurableCounters{recovered_.load(std::memory_order_relaxed),
+                           dropped_.load(std::memory_order_relaxed)};
+  }
 
   absl::Status PersistBatch(const std::vector<Slot>& slots, const std::vector<PageMeta>& metas,
-                            std::vector<bool>* written) override {
+                            std::vector<bool>* written = nullptr) override {
     CountForbiddenIo();
     if (written != nullptr) written->assign(slots.size(), false);
     // Bytes first: once a record exists it must point at its page.

@@ -57,7 +57,9 @@ absl::StatusOr<std::unique_ptr<AccountingTier>> AccountingTier::Create(tiers::Ti
 }
 
 AccountingTier::AccountingTier(tiers::TierKind kind, const TierSize& size)
-    : kind_(kind),
+    : tiers::Tier(kind == tiers::TierKind::kNvme ? static_cast<tiers::DurableIndex*>(this)
+                                                 : nullptr),
+      kind_(kind),
       slots_(size.slots),
       capacity_bytes_(static_cast<uint64_t>(std::llround(size.capacity_pages * kSimPageBytes))),
       allocated_(size.slots, false) {}
@@ -68,7 +70,7 @@ std::string AccountingTier::backing() const {
 
 absl::StatusOr<tiers::Slot> AccountingTier::Allocate(uint64_t bytes) {
   if (bytes == 0 || bytes > kSimPageBytes) {
-    ++counters_.alloc_failures;
+    ++alloc_failures_;
     return absl::InvalidArgumentError(
         absl::StrCat("cannot allocate ", bytes, " bytes (sim pages are ", kSimPageBytes, ")"));
   }
@@ -79,7 +81,7 @@ absl::StatusOr<tiers::Slot> AccountingTier::Allocate(uint64_t bytes) {
   } else if (next_fresh_ < slots_) {
     index = next_fresh_++;
   } else {
-    ++counters_.alloc_failures;
+    ++alloc_failures_;
     return absl::ResourceExhaustedError(absl::StrCat("all ", slots_, " pages in use"));
   }
   allocated_[index] = true;
@@ -125,11 +127,15 @@ absl::Status AccountingTier::Write(const tiers::Slot& slot, uint64_t offset, con
   return absl::OkStatus();
 }
 
-absl::Status AccountingTier::Read(const tiers::Slot& slot, uint64_t offset, void* dst, uint64_t n) {
-  if (absl::Status st = CheckRange(slot, offset, n); !st.ok()) return st;
-  std::memset(dst, 0, n);
-  counters_.bytes_read += n;
-  return absl::OkStatus();
+void AccountingTier::ReadRangeAsync(const tiers::Slot& slot, uint64_t offset, uint64_t n,
+                                    void* dst, uint64_t dst_room, ReadDone done) {
+  absl::Status st = CheckRange(slot, offset, n);
+  if (st.ok() && dst_room < n) st = absl::OutOfRangeError("read into a smaller buffer");
+  if (st.ok()) {
+    std::memset(dst, 0, n);  // no bytes are kept
+    counters_.bytes_read += n;
+  }
+  done(std::move(st));
 }
 
 }  // namespace kvtier::sim

@@ -37,9 +37,11 @@ absl::StatusOr<TierSize> BytesTier(uint64_t bytes, uint64_t page_bytes, uint64_t
 
 // Host kind: Address() returns the shared scratch page (TierManager copies
 // and promotes only through addressable upper tiers). NVMe kind: not
-// addressable, persistent(), and persisting is a no-op. Not thread-safe
-// beyond what a single-threaded replay needs.
-class AccountingTier final : public tiers::Tier {
+// addressable, persistent, with a durable index that records nothing (the
+// sim has no restarts); DurableIndex is the first base so that it is
+// constructed before Tier is handed a pointer to it. Not thread-safe beyond
+// what a single-threaded replay needs.
+class AccountingTier final : public tiers::DurableIndex, public tiers::Tier {
  public:
   static absl::StatusOr<std::unique_ptr<AccountingTier>> Create(tiers::TierKind kind,
                                                                 const TierSize& size);
@@ -53,16 +55,34 @@ class AccountingTier final : public tiers::Tier {
   absl::StatusOr<tiers::Slot> Allocate(uint64_t bytes) override;
   void Free(const tiers::Slot& slot) override;
 
+  uint64_t alloc_failures() const override { return alloc_failures_; }
   uint8_t* Address(const tiers::Slot& slot) override;
-  absl::Status Write(const tiers::Slot& slot, uint64_t offset, const void* src,
-                     uint64_t n) override;
-  absl::Status Read(const tiers::Slot& slot, uint64_t offset, void* dst, uint64_t n) override;
-  tiers::TierCounters counters() const override { return counters_; }
   // Host kind: the scratch page, so TierManager sees a host-addressable tier
   // (it promotes into the highest such tier).
   std::pair<uint8_t*, uint64_t> Region() override;
 
-  bool persistent() const override { return kind_ == tiers::TierKind::kNvme; }
+  absl::Status Write(const tiers::Slot& slot, uint64_t offset, const void* src,
+                     uint64_t n) override;
+  void ReadRangeAsync(const tiers::Slot& slot, uint64_t offset, uint64_t n, void* dst,
+                      uint64_t dst_room, ReadDone done) override;
+  uint64_t read_alignment() const override { return 1; }
+  uint32_t queue_depth() const override { return 1; }
+  absl::Status RegisterIoRegion(void*, uint64_t) override { return absl::OkStatus(); }
+  tiers::IoCounters io_counters() const override { return counters_; }
+
+  // DurableIndex (NVMe kind): every record is "written", none is kept.
+  absl::Status PersistBatch(const std::vector<tiers::Slot>& slots,
+                            const std::vector<tiers::PageMeta>& metas,
+                            std::vector<bool>* written = nullptr) override {
+    if (written != nullptr) written->assign(slots.size(), true);
+    return absl::OkStatus();
+  }
+  void Unpersist(const tiers::Slot&, const tiers::PageMeta&) override {}
+  absl::Status Recover(const AdoptFn&) override { return absl::OkStatus(); }
+  tiers::ChunkSums ReadChunkSums(const tiers::Slot&, const tiers::PageMeta&) override {
+    return {};
+  }
+  tiers::DurableCounters durable_counters() const override { return {}; }
 
   uint64_t slots() const { return slots_; }
   uint64_t used_slots() const { return used_; }
@@ -80,7 +100,8 @@ class AccountingTier final : public tiers::Tier {
   std::vector<uint64_t> free_;   // freed slot indices, reused first
   std::vector<bool> allocated_;  // catches double frees
   uint64_t bad_frees_ = 0;
-  tiers::TierCounters counters_;
+  tiers::IoCounters counters_;
+  uint64_t alloc_failures_ = 0;
 };
 
 }  // namespace kvtier::sim

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "tiers/shared_cache/memory_shared_cache.h"
-#include "tiers/tier_manager.h"
+#include "tiers/store/tier_manager.h"
 #include "tools/sim/accounting_tier.h"
 #include "tools/sim/policy_replay.h"
 #include "tools/sim/sim.h"

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 #include "absl/strings/string_view.h"
-#include "tiers/tier_manager.h"
+#include "absl/types/span.h"
+#include "tiers/store/tier_manager.h"
 #include "tools/sim/accounting_tier.h"
 #include "tools/sim/sim.h"
 

@@ -24,7 +24,7 @@
 #include "absl/synchronization/notification.h"
 #include "kvtier/byte_size.h"
 #include "kvtier/cli.h"
-#include "tiers/io_class.h"
+#include "tiers/common/io_class.h"
 #include "tiers/nvme/device.h"
 
 ABSL_FLAG(std::string, dir, "", "directory on the disk to measure (required)");
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
   kvtier::ParseCommandLine(
       argc, argv,
       "demand-read latency on the NVMe tier's file device under write-back and prefetch load, "
-      "with I/O classes and first come, first served (tiers/io_class.h).\n"
+      "with I/O classes and first come, first served (tiers/common/io_class.h).\n"
       "  kvtier-io-class-bench --dir=/var/tmp/x [--writeback_lanes=64] [--prefetch_lanes=48]");
   const std::string dir = absl::GetFlag(FLAGS_dir);
   auto size = kvtier::ParseByteSize(absl::GetFlag(FLAGS_file_size));

@@ -1,0 +1,338 @@
+// PageIndex: the store's sharded index of (namespace, page key) -> PageEntry
+// and its recency lists. Each shard has its own mutex; callers lock a shard
+// and use the *Locked helpers under it. Entries are kept compact because the
+// daemon indexes millions of pages (target: under 200 bytes of RSS per page,
+// map slot included; kvtier-scale-bench measures it at 10M pages).
+//
+// Victim choice must not cost more with more tenants, so each shard keeps,
+// per tier, ONE recency list across namespaces (`tier list`) besides one list
+// per namespace (for a namespace's own evictions: quotas, operators):
+//  - a tier-wide pick (everyone's pressure: the evictor, PUTs and promotions
+//    making room) scans the tier list's tail for the oldest leaf, whatever
+//    the namespace count;
+//  - a namespace with a reserve in the tier is kept out of that tier's tier
+//    list: its pages are taken through its own list, which is cut where its
+//    headroom ends (so the cost grows with the namespaces that hold a
+//    reserve, never with the others, and protected pages are never walked);
+//  - each shard publishes the stamp of its oldest page per tier (read
+//    without its lock), a lower bound of any victim's stamp there, so a pick
+//    locks the shards that may hold the best victim, usually one, not all.
+// The rules every pick keeps (pinned and held pages never go, filters, leaf
+// first, reserves) live in one place: the list scan in page_index.cc.
+//
+// The tier list's order is the tier's eviction policy (eviction_policy.h):
+// under lru one list; under 2q the same links on one of two lists,
+// probation (`all`) and protected (`prot`), a page's kProtected flag saying
+// which, plus a ghost of fingerprints per shard and tier. Every list stays
+// ordered by stamp, and a victim's rank is its stamp with protected pages
+// ranked after every probation page (VictimRank), so the cross-shard pick
+// and the oldest-page hints work unchanged. Namespace lists stay LRU.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <deque>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "kvtier/page_key.h"
+#include "tiers/common/huge_pages.h"
+#include "tiers/store/eviction_policy.h"
+#include "tiers/store/internal/lru.h"
+#include "tiers/store/tier_manager.h"
+#include "tiers/tier.h"
+
+namespace kvtier::tiers {
+
+// One indexed page. Fields other than links/stamp/pins/flags/
+// resident_children are fixed while the entry is pinned, so a PagePin reads
+// them without the shard lock.
+//
+// 128 bytes, laid out for the cache: a LOOKUP's probe compares key and ns,
+// reads tier and relinks the entry (stamp, both links), all in the first
+// 64-byte line (EntryPool blocks are line-aligned); the rest is read when a
+// page is pinned, moved or evicted. With ns on the second line, a probe at
+// 10M pages cost two cache misses instead of one.
+struct alignas(64) PageEntry {
+  // First line: the probe and the recency relink.
+  PageKey key;
+  NamespaceId ns = 0;
+  uint8_t tier = 0;  // index into the manager's tiers
+  uint8_t flags = 0;
+  // Pins that are holds (TierManager::HoldForLease): counted in `pins`, so
+  // the page is never evicted, but they read nothing, so a promotion may
+  // still move the page while they last.
+  uint16_t holds = 0;
+  uint64_t stamp = 0;              // global recency; larger is newer
+  LruLinks<PageEntry> ns_links;    // its (tier, namespace) list; shard lock
+  LruLinks<PageEntry> tier_links;  // its tier list (unless its namespace has a reserve there)
+  // Second line.
+  PageKey parent;
+  Slot slot;    // slot.bytes is the page size
+  Slot backup;  // write-through copy in the last tier (kHasBackup)
+  uint64_t checksum = 0;
+  uint32_t pins = 0;
+  uint32_t resident_children = 0;  // children in the index that counted us
+
+  static constexpr uint8_t kDetached = 1;         // out of the index; free on last unpin
+  static constexpr uint8_t kCountedInParent = 2;  // bumped parent's resident_children
+  static constexpr uint8_t kReused = 4;           // read or PUT again since stored
+  static constexpr uint8_t kCorrupt = 8;          // failed its checksum; dropped
+  // `backup` holds a durable copy in the last (persistent) tier: the page is
+  // *clean* there and leaves a RAM tier without a write (inclusive NVMe).
+  static constexpr uint8_t kHasBackup = 16;
+  // On its tier's protected list (2q: reused since it entered the tier);
+  // never set under lru or for a namespace with a reserve in the tier.
+  static constexpr uint8_t kProtected = 32;
+  bool detached() const { return flags & kDetached; }
+  bool clean() const { return flags & kHasBackup; }
+};
+static_assert(offsetof(PageEntry, tier_links) + sizeof(LruLinks<PageEntry>) <= 64,
+              "the probe and relink fields share the entry's first cache line");
+static_assert(sizeof(PageEntry) == 128, "two cache lines (EntryPool blocks)");
+
+struct IndexKey {
+  NamespaceId ns;
+  const PageKey& key;
+};
+
+// The hash set stores bare pointers (8 bytes a slot) and finds them by
+// IndexKey through heterogeneous lookup, so the key is not stored twice.
+struct EntryHash {
+  using is_transparent = void;
+  size_t operator()(const IndexKey& k) const { return absl::HashOf(k.ns, k.key); }
+  size_t operator()(const PageEntry* e) const { return absl::HashOf(e->ns, e->key); }
+};
+struct EntryEq {
+  using is_transparent = void;
+  static IndexKey Of(const PageEntry* e) { return IndexKey{e->ns, e->key}; }
+  static IndexKey Of(const IndexKey& k) { return k; }
+  template <typename A, typename B>
+  bool operator()(const A& a, const B& b) const {
+    IndexKey x = Of(a), y = Of(b);
+    return x.ns == y.ns && x.key == y.key;
+  }
+};
+
+// Which unpinned pages a victim scan may return. kClean: pages with a
+// durable copy below (they leave RAM without I/O: the frontend's eviction
+// mode); kCleanOrUnreused adds pages never reused (the reused-only admission
+// filter drops them, also without I/O). kDirty / kDirtyReused: the
+// complements, the cleaner's work lists.
+enum class VictimFilter : uint8_t { kAny, kClean, kCleanOrUnreused, kDirty, kDirtyReused };
+
+// Where a page stands in eviction order across lists and shards (lower goes
+// first): its stamp, with a 2q protected page after every probation page.
+inline constexpr uint64_t kProtectedRank = uint64_t{1} << 63;
+inline uint64_t VictimRank(const PageEntry* e) {
+  return e->stamp | ((e->flags & PageEntry::kProtected) ? kProtectedRank : 0);
+}
+
+// An eviction candidate found in one shard.
+struct Victim {
+  PageEntry* entry = nullptr;
+  uint64_t stamp = UINT64_MAX;  // VictimRank
+  bool leaf = false;
+  // Leaves first, then older.
+  bool BetterThan(const Victim& o) const {
+    if (entry == nullptr) return false;
+    if (o.entry == nullptr) return true;
+    if (leaf != o.leaf) return leaf;
+    return stamp < o.stamp;
+  }
+};
+
+// What a tier-wide eviction may take from each namespace in the tier being
+// scanned without bringing it below its reserve there (the TierManager
+// implements it over its per-namespace counters). Read once per namespace
+// list, not per page: only namespaces with a reserve are asked, and their
+// pages are scanned through their own lists.
+class ReserveView {
+ public:
+  virtual ~ReserveView() = default;
+  // Bytes of ns's pages that may still leave the tier; UINT64_MAX when ns
+  // has no reserve there.
+  virtual uint64_t Headroom(NamespaceId ns) const = 0;
+};
+
+class IndexShard {
+ public:
+  static constexpr size_t kMaxTiers = 8;  // TierManager's limit
+
+  IndexShard();
+  absl::Mutex mu;
+
+  PageEntry* FindLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Starts loading the table lines a FindLocked of the key will read.
+  void PrefetchLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    map_.prefetch(IndexKey{ns, key});
+  }
+  // Inserts a new entry (key absent), stamps it and links it at the head of
+  // its lists.
+  void InsertLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Removes from the map and its lists and marks it detached.
+  void DetachLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Restamps a present entry and moves it to the head of its lists. `reused`:
+  // the page is being read or PUT again (a GET's pin, a dedup), which under
+  // 2q moves it to the protected list; other touches (a prefetch, a parent
+  // after its child's commit) keep it in its own segment.
+  void TouchLocked(PageEntry* e, uint64_t stamp, bool reused = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // TouchLocked with a stamp taken before this lock (TierManager::Lookup
+  // takes one block of stamps for a whole chain): e goes below the pages
+  // stamped since, so each list stays ordered by stamp. A no-op when e is
+  // already newer (touched since by someone else).
+  void RestampLocked(PageEntry* e, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Moves a present entry to `tier`'s lists with a fresh stamp. A move up (a
+  // promotion: the page is being read) enters protected under 2q; a move
+  // down is an eviction from the old tier (its ghost remembers the page) and
+  // an arrival in the new one (probation, unless its ghost there knows it).
+  // `slot` is its slot there.
+  void MoveTierLocked(PageEntry* e, uint8_t tier, const Slot& slot, uint64_t stamp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `e` is about to leave its tier by eviction (then DetachLocked): under 2q
+  // a probation page leaves its fingerprint in the tier's ghost.
+  void RememberEvictedLocked(const PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The tier's policy and, for 2q, the bytes of this shard's protected
+  // pages beyond which the oldest fall back to probation; set before the
+  // tier holds pages (TierManager's constructor), fixed afterwards.
+  void SetPolicyLocked(uint8_t tier, EvictionPolicy policy, uint64_t protected_cap)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Namespace `ns` has a reserve in `tier`: its pages there stay out of the
+  // tier list. Call before ns has pages (AddNamespace); fixed afterwards.
+  void MarkReservedLocked(uint8_t tier, NamespaceId ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // Best unpinned victim of `tier` in this shard: the oldest leaf found
+  // within `scan_limit` eligible entries of a list's tail, else the oldest
+  // eligible non-leaf there; scan_limit 0: the oldest eligible entry, as a
+  // leaf. `ns` 0 scans the tier list and the lists of namespaces with a
+  // reserve here; else only ns's own list. `filter` skips pages of the wrong
+  // kind (they do not count against scan_limit). `reserves` set: a
+  // namespace's pages are taken only while they fit its headroom; the first
+  // that does not ends the scan of its list (a namespace's pages are nearly
+  // always one size, and a long run of protected pages must not be walked
+  // under the lock on every pick).
+  Victim FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
+                          VictimFilter filter = VictimFilter::kAny,
+                          const ReserveView* reserves = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // An unpinned clean page of `tier` among the `scan_limit` most recent of
+  // its lists (backups of hot RAM pages are the NVMe tier's cheapest room).
+  PageEntry* FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Pages of `tier` on its protected list, and fingerprints in its ghost (2q).
+  size_t ProtectedLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  size_t GhostLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // VictimRank of the first page of `tier` in this shard (UINT64_MAX: none),
+  // read without the lock: a hint for choosing which shard to scan, exact
+  // only while no other thread changes the shard.
+  uint64_t OldestStamp(uint8_t tier) const { return oldest_[tier].load(std::memory_order_relaxed); }
+
+  // The in-flight-put table (CacheLib's InFlightPuts): keys reserved by a PUT
+  // and not yet published or released. A second reservation of such a key
+  // is a dedup, so one key never has two slots or two durable records.
+  // The slot of a claimed key's handle (null until a second PUT of the key
+  // asks for one: the common, uncontended PUT allocates nothing), or nullptr
+  // when no PUT holds the key.
+  std::shared_ptr<KeyInFlight>* InFlightLocked(NamespaceId ns, const PageKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = inflight_.find(std::make_pair(ns, key));
+    return it == inflight_.end() ? nullptr : &it->second;
+  }
+  void AddInFlightLocked(NamespaceId ns, const PageKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    inflight_.emplace(std::make_pair(ns, key), nullptr);
+  }
+  // Removes the key and returns its handle, if any PUT waits on it (to
+  // resolve once unlocked).
+  std::shared_ptr<KeyInFlight> RemoveInFlightLocked(NamespaceId ns, const PageKey& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto node = inflight_.extract(std::make_pair(ns, key));
+    return node.empty() ? nullptr : std::move(node.mapped());
+  }
+
+  size_t SizeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return map_.size(); }
+  // Takes every entry out (shutdown).
+  std::vector<PageEntry*> DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+ private:
+  using NsList = LruList<PageEntry, &PageEntry::ns_links>;
+  using TierList = LruList<PageEntry, &PageEntry::tier_links>;
+  // 2q's ghost: fingerprints of pages evicted from probation, oldest first
+  // out (a ring over a set; 16 bytes an entry with the set's slot).
+  struct Ghost {
+    std::deque<uint64_t> order;
+    absl::flat_hash_set<uint64_t> set;
+    void Push(uint64_t f, size_t cap);
+    bool Take(uint64_t f);  // true (and forgets it) when present
+  };
+  // One tier's lists in this shard.
+  struct TierLists {
+    EvictionPolicy policy = EvictionPolicy::kLru;
+    // Pages of namespaces without a reserve here: every one under lru, the
+    // probation segment under 2q.
+    TierList all;
+    TierList prot;  // 2q's protected segment
+    // 2q: bytes on the protected list, and their limit: this shard's share.
+    // (One limit for all shards, over a shared counter, did no better in
+    // kvtier-sim and put an atomic shared by every shard on each read.)
+    uint64_t prot_bytes = 0;
+    uint64_t prot_cap_bytes = UINT64_MAX;
+    Ghost ghost;
+    // The page a tier-wide pick looks at first: probation's tail, else
+    // protected's (the oldest-page hint's page).
+    PageEntry* First() const { return all.empty() ? prot.tail() : all.tail(); }
+    // 2q: whether the ghost remembers `e` (a recent eviction from
+    // probation); it forgets it then.
+    bool Recall(const PageEntry* e);
+    std::vector<NsList> by_ns;          // every page, by namespace; grown on demand
+    std::vector<NamespaceId> reserved;  // namespaces with a reserve here
+    std::vector<bool> is_reserved;      // by namespace
+    bool Reserved(NamespaceId ns) const { return ns < is_reserved.size() && is_reserved[ns]; }
+    NsList& ListFor(NamespaceId ns);
+  };
+  TierLists& Lists(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Links e at the head of its lists / takes it out of them, keeping the
+  // oldest-page hint of its tier. `protect`: on the protected list, if the
+  // tier's policy has one (then overflowing protected pages fall back).
+  void LinkLocked(PageEntry* e, bool protect = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void UnlinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void UpdateOldestLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  absl::flat_hash_set<PageEntry*, EntryHash, EntryEq, HugePageAllocator<PageEntry*>> map_
+      ABSL_GUARDED_BY(mu);
+  std::vector<TierLists> tiers_ ABSL_GUARDED_BY(mu);  // by tier; grown on demand
+  // Written under mu (UpdateOldestLocked), read without it (OldestStamp).
+  std::array<std::atomic<uint64_t>, kMaxTiers> oldest_;
+  absl::flat_hash_map<std::pair<NamespaceId, PageKey>, std::shared_ptr<KeyInFlight>> inflight_
+      ABSL_GUARDED_BY(mu);
+};
+
+class PageIndex {
+ public:
+  explicit PageIndex(uint32_t shards);
+  uint32_t num_shards() const { return static_cast<uint32_t>(shards_.size()); }
+  IndexShard& shard(uint32_t i) { return *shards_[i]; }
+  IndexShard& ShardFor(NamespaceId ns, const PageKey& key);
+  // The index of ShardFor's shard (to group a chain's keys by shard).
+  uint32_t ShardIndex(NamespaceId ns, const PageKey& key) const;
+  // MarkReservedLocked in every shard.
+  void MarkReserved(uint8_t tier, NamespaceId ns);
+  // SetPolicyLocked in every shard, each shard's protected pages limited to
+  // k2qProtectedShare of its share of `bytes` (the tier's low watermark:
+  // what it holds once the evictor has run).
+  void SetPolicy(uint8_t tier, EvictionPolicy policy, uint64_t bytes);
+
+ private:
+  std::vector<std::unique_ptr<IndexShard>> shards_;
+  uint32_t shard_bits_ = 0;
+};
+
+}  // namespace kvtier::tiers

@@ -1,0 +1,377 @@
+// IndexShard: map, recency lists and the per-shard victim scan (the design
+// is at the top of page_index.h). Recency stamps are taken under the shard
+// lock (or, a LOOKUP's stamps taken before it, placed by stamp:
+// RestampLocked), so every list stays ordered by stamp: a list's tail is its
+// oldest page, and a shard's oldest page of a tier is the oldest of its tier
+// list's tail and its reserved namespaces' tails. Under 2q a tier list is
+// two (probation, protected), each in stamp order (a page falling back from
+// protected to probation's head takes the stamp of the arrival that pushed
+// it out).
+#include "tiers/store/internal/page_index.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/hash/hash.h"
+
+namespace kvtier::tiers {
+namespace {
+
+// The one definition of what a victim scan may take (besides reserves):
+// never a pinned page (a reader, a mover or a lease hold), and only pages
+// of the kind the caller's eviction mode allows.
+bool Matches(const PageEntry* e, VictimFilter filter) {
+  if (e->pins > 0) return false;
+  switch (filter) {
+    case VictimFilter::kAny: return true;
+    case VictimFilter::kClean: return e->clean();
+    case VictimFilter::kCleanOrUnreused: return e->clean() || !(e->flags & PageEntry::kReused);
+    case VictimFilter::kDirty: return !e->clean();
+    case VictimFilter::kDirtyReused: return !e->clean() && (e->flags & PageEntry::kReused);
+  }
+  return false;
+}
+
+// Walks `first` from its tail to its head, then `then` (if any) the same
+// way: eviction order over 2q's probation and protected lists.
+template <typename List>
+class TailCursor {
+ public:
+  TailCursor(const List& first, const List* then) : then_(then), e_(first.tail()) { Skip(); }
+  PageEntry* get() const { return e_; }
+  void Next() {
+    e_ = List::Newer(e_);
+    Skip();
+  }
+
+ private:
+  void Skip() {
+    if (e_ == nullptr && then_ != nullptr) {
+      e_ = then_->tail();
+      then_ = nullptr;
+    }
+  }
+  const List* then_;
+  PageEntry* e_;
+};
+
+// Leaf-first within a window: the first leaf among the `scan_limit` first
+// eligible pages in eviction order (`list` from its tail, then `then`), else
+// the first eligible non-leaf of that window. `headroom` cuts the list where
+// a namespace's reserve begins.
+template <typename List>
+Victim ScanList(const List& list, const List* then, uint32_t scan_limit, VictimFilter filter,
+                uint64_t headroom) {
+  Victim fallback;
+  uint32_t scanned = 0;
+  TailCursor<List> c(list, then);
+  for (; c.get() != nullptr && scanned < scan_limit; c.Next()) {
+    PageEntry* e = c.get();
+    if (!Matches(e, filter)) continue;
+    if (e->slot.bytes > headroom) return fallback;  // the rest is within the reserve
+    ++scanned;
+    if (e->resident_children == 0) return Victim{e, VictimRank(e), true};
+    if (fallback.entry == nullptr) fallback = Victim{e, VictimRank(e), false};
+  }
+  // Nothing eligible within the window: keep walking for any eligible page
+  // so a run of pinned (or filtered) pages at the tail cannot stall eviction.
+  if (fallback.entry == nullptr) {
+    for (; c.get() != nullptr; c.Next()) {
+      PageEntry* e = c.get();
+      if (!Matches(e, filter)) continue;
+      if (e->slot.bytes > headroom) break;
+      // scan_limit 0 means plain LRU: every candidate counts as a leaf.
+      return Victim{e, VictimRank(e), scan_limit == 0 || e->resident_children == 0};
+    }
+  }
+  return fallback;
+}
+
+uint64_t Fingerprint(const PageEntry* e) { return absl::HashOf(e->ns, e->key); }
+
+// Moves e (already restamped) below the pages of `list` newer than it: a
+// few at most, those stamped since e's stamp was taken.
+template <typename List>
+void RelinkByStamp(List& list, PageEntry* e) {
+  if (list.head() == e) return;  // the newest already, and its stamp only grew
+  list.Remove(e);
+  PageEntry* above = nullptr;
+  for (PageEntry* p = list.head(); p != nullptr && p->stamp > e->stamp; p = List::Older(p)) {
+    above = p;
+  }
+  list.InsertAfter(above, e);
+}
+
+template <typename List>
+PageEntry* RecentClean(const List& list, uint32_t scan_limit) {
+  uint32_t scanned = 0;
+  for (PageEntry* e = list.head(); e != nullptr && scanned < scan_limit;
+       e = List::Older(e), ++scanned) {
+    if (e->pins == 0 && e->clean()) return e;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+IndexShard::IndexShard() {
+  for (auto& o : oldest_) o.store(UINT64_MAX, std::memory_order_relaxed);
+}
+
+PageEntry* IndexShard::FindLocked(NamespaceId ns, const PageKey& key) const {
+  auto it = map_.find(IndexKey{ns, key});
+  return it == map_.end() ? nullptr : *it;
+}
+
+void IndexShard::InsertLocked(PageEntry* e, uint64_t stamp) {
+  map_.insert(e);
+  e->stamp = stamp;
+  // 2q: a page PUT again soon after probation dropped it is one that is
+  // reused; it skips probation.
+  LinkLocked(e, Lists(e->tier).Recall(e));
+}
+
+void IndexShard::DetachLocked(PageEntry* e) {
+  map_.erase(e);
+  UnlinkLocked(e);
+  e->flags |= PageEntry::kDetached;
+}
+
+void IndexShard::TouchLocked(PageEntry* e, uint64_t stamp, bool reused) {
+  const bool protect = reused || (e->flags & PageEntry::kProtected);
+  UnlinkLocked(e);
+  e->stamp = stamp;
+  LinkLocked(e, protect);
+}
+
+void IndexShard::RestampLocked(PageEntry* e, uint64_t stamp) {
+  if (e->stamp >= stamp) return;
+  TierLists& l = tiers_[e->tier];  // e is linked: its lists exist
+  NsList& own = l.by_ns[e->ns];
+  const bool reserved = l.Reserved(e->ns);
+  auto first = [&]() -> const PageEntry* { return reserved ? own.tail() : l.First(); };
+  const bool was_first = first() == e;
+  e->stamp = stamp;
+  RelinkByStamp(own, e);
+  if (!reserved) RelinkByStamp((e->flags & PageEntry::kProtected) ? l.prot : l.all, e);
+  if (was_first || first() == e) UpdateOldestLocked(e->tier);
+}
+
+void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, const Slot& slot, uint64_t stamp) {
+  const uint8_t from = e->tier;
+  if (tier > from) RememberEvictedLocked(e);  // demoted: evicted from `from`
+  UnlinkLocked(e);
+  e->slot = slot;
+  e->tier = tier;
+  e->stamp = stamp;
+  TierLists& l = Lists(tier);
+  // Up: a promotion, the page is being read. Down: an arrival, like a PUT.
+  LinkLocked(e, tier < from || l.Recall(e));  // (LinkLocked protects under 2q only)
+}
+
+void IndexShard::RememberEvictedLocked(const PageEntry* e) {
+  if (e->tier >= tiers_.size()) return;
+  TierLists& l = tiers_[e->tier];
+  if (l.policy != EvictionPolicy::k2q || l.Reserved(e->ns) || (e->flags & PageEntry::kProtected)) {
+    return;
+  }
+  const size_t pages = l.all.size() + l.prot.size();
+  l.ghost.Push(Fingerprint(e), std::max<size_t>(1, static_cast<size_t>(pages * k2qGhostShare)));
+}
+
+bool IndexShard::TierLists::Recall(const PageEntry* e) {
+  return policy == EvictionPolicy::k2q && !Reserved(e->ns) && ghost.Take(Fingerprint(e));
+}
+
+void IndexShard::SetPolicyLocked(uint8_t tier, EvictionPolicy policy, uint64_t protected_cap) {
+  TierLists& l = Lists(tier);
+  l.policy = policy;
+  l.prot_cap_bytes = protected_cap;
+}
+
+size_t IndexShard::ProtectedLocked(uint8_t tier) const {
+  return tier < tiers_.size() ? tiers_[tier].prot.size() : 0;
+}
+
+size_t IndexShard::GhostLocked(uint8_t tier) const {
+  return tier < tiers_.size() ? tiers_[tier].ghost.set.size() : 0;
+}
+
+void IndexShard::Ghost::Push(uint64_t f, size_t cap) {
+  if (!set.insert(f).second) return;
+  order.push_back(f);
+  while (order.size() > cap) {  // the oldest fingerprints go first
+    set.erase(order.front());
+    order.pop_front();
+  }
+}
+
+bool IndexShard::Ghost::Take(uint64_t f) {
+  // Its place in `order` stays until it reaches the front, where erasing an
+  // absent fingerprint is a no-op (a re-pushed one may go early: harmless).
+  return set.erase(f) > 0;
+}
+
+void IndexShard::MarkReservedLocked(uint8_t tier, NamespaceId ns) {
+  TierLists& l = Lists(tier);
+  if (l.Reserved(ns)) return;
+  if (ns >= l.is_reserved.size()) l.is_reserved.resize(ns + 1, false);
+  l.is_reserved[ns] = true;
+  l.reserved.push_back(ns);
+}
+
+IndexShard::NsList& IndexShard::TierLists::ListFor(NamespaceId ns) {
+  if (ns >= by_ns.size()) by_ns.resize(ns + 1);
+  return by_ns[ns];
+}
+
+IndexShard::TierLists& IndexShard::Lists(uint8_t tier) {
+  if (tier >= tiers_.size()) tiers_.resize(tier + 1);
+  return tiers_[tier];
+}
+
+void IndexShard::LinkLocked(PageEntry* e, bool protect) {
+  TierLists& l = Lists(e->tier);
+  NsList& own = l.ListFor(e->ns);
+  e->flags &= ~PageEntry::kProtected;
+  if (l.Reserved(e->ns)) {
+    // A new head is the newest page: only a list that was empty gets a new tail.
+    const bool new_tail = own.empty();
+    own.PushFront(e);
+    if (new_tail) UpdateOldestLocked(e->tier);
+    return;
+  }
+  own.PushFront(e);
+  const PageEntry* first = l.First();
+  if (protect && l.policy == EvictionPolicy::k2q) {
+    e->flags |= PageEntry::kProtected;
+    l.prot.PushFront(e);
+    l.prot_bytes += e->slot.bytes;
+    // Protected beyond its share: this shard's oldest protected pages fall
+    // back to probation's head (they were reused, just not lately), about
+    // one per protected arrival, stamped as arriving now so that probation
+    // stays in stamp order and other shards' picks rank them as new.
+    while (l.prot.size() > 1 && l.prot_bytes > l.prot_cap_bytes) {
+      PageEntry* d = l.prot.tail();
+      l.prot.Remove(d);
+      l.prot_bytes -= std::min<uint64_t>(l.prot_bytes, d->slot.bytes);
+      d->flags &= ~PageEntry::kProtected;
+      d->stamp = std::max(d->stamp, e->stamp);
+      RelinkByStamp(l.ListFor(d->ns), d);
+      l.all.PushFront(d);
+    }
+  } else {
+    l.all.PushFront(e);
+  }
+  if (l.First() != first) UpdateOldestLocked(e->tier);
+}
+
+void IndexShard::UnlinkLocked(PageEntry* e) {
+  TierLists& l = Lists(e->tier);
+  NsList& own = l.ListFor(e->ns);
+  const bool reserved = l.Reserved(e->ns);
+  const bool was_first = reserved ? own.tail() == e : l.First() == e;
+  own.Remove(e);
+  if (reserved) {
+  } else if (e->flags & PageEntry::kProtected) {
+    l.prot.Remove(e);
+    l.prot_bytes -= std::min<uint64_t>(l.prot_bytes, e->slot.bytes);
+  } else {
+    l.all.Remove(e);
+  }
+  if (was_first) UpdateOldestLocked(e->tier);
+}
+
+void IndexShard::UpdateOldestLocked(uint8_t tier) {
+  const TierLists& l = tiers_[tier];
+  const PageEntry* first = l.First();
+  uint64_t oldest = first == nullptr ? UINT64_MAX : VictimRank(first);
+  for (NamespaceId id : l.reserved) {
+    if (id < l.by_ns.size() && !l.by_ns[id].empty()) {
+      oldest = std::min(oldest, l.by_ns[id].tail()->stamp);
+    }
+  }
+  oldest_[tier].store(oldest, std::memory_order_relaxed);
+}
+
+Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
+                                    VictimFilter filter, const ReserveView* reserves) const {
+  if (tier >= tiers_.size()) return Victim{};
+  const TierLists& l = tiers_[tier];
+  auto scan_own = [&](NamespaceId id) {
+    if (id >= l.by_ns.size() || l.by_ns[id].empty()) return Victim{};
+    const uint64_t headroom = reserves == nullptr ? UINT64_MAX : reserves->Headroom(id);
+    return headroom == 0 ? Victim{}
+                         : ScanList<NsList>(l.by_ns[id], nullptr, scan_limit, filter, headroom);
+  };
+  if (ns != 0) return scan_own(ns);
+  // Namespaces in the tier list have no reserve here: no headroom to ask.
+  Victim best = ScanList(l.all, l.policy == EvictionPolicy::k2q ? &l.prot : nullptr, scan_limit,
+                         filter, UINT64_MAX);
+  for (NamespaceId id : l.reserved) {
+    Victim v = scan_own(id);
+    if (v.BetterThan(best)) best = v;
+  }
+  return best;
+}
+
+PageEntry* IndexShard::FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const {
+  if (tier >= tiers_.size()) return nullptr;
+  const TierLists& l = tiers_[tier];
+  if (PageEntry* e = RecentClean(l.prot, scan_limit)) return e;
+  if (PageEntry* e = RecentClean(l.all, scan_limit)) return e;
+  for (NamespaceId id : l.reserved) {
+    if (id >= l.by_ns.size()) continue;
+    if (PageEntry* e = RecentClean(l.by_ns[id], scan_limit)) return e;
+  }
+  return nullptr;
+}
+
+std::vector<PageEntry*> IndexShard::DrainLocked() {
+  std::vector<PageEntry*> out(map_.begin(), map_.end());
+  map_.clear();
+  tiers_.clear();
+  for (auto& o : oldest_) o.store(UINT64_MAX, std::memory_order_relaxed);
+  return out;
+}
+
+PageIndex::PageIndex(uint32_t shards) {
+  while ((1u << shard_bits_) < shards) ++shard_bits_;
+  for (uint32_t i = 0; i < (1u << shard_bits_); ++i) {
+    shards_.push_back(std::make_unique<IndexShard>());
+  }
+}
+
+IndexShard& PageIndex::ShardFor(NamespaceId ns, const PageKey& key) {
+  return *shards_[ShardIndex(ns, key)];
+}
+
+uint32_t PageIndex::ShardIndex(NamespaceId ns, const PageKey& key) const {
+  // Keys are SHA-256 prefixes, but tests and tools also use small counters,
+  // so mix before taking the top bits.
+  uint64_t lo, hi;
+  std::memcpy(&lo, key.bytes.data(), 8);
+  std::memcpy(&hi, key.bytes.data() + 8, 8);
+  uint64_t h = (lo ^ (hi * 0x9E3779B97F4A7C15ull) ^ ns) * 0xD6E8FEB86659FD93ull;
+  h ^= h >> 32;
+  if (shard_bits_ == 0) return 0;
+  return static_cast<uint32_t>((h * 0x9E3779B97F4A7C15ull) >> (64 - shard_bits_));
+}
+
+void PageIndex::MarkReserved(uint8_t tier, NamespaceId ns) {
+  for (auto& shard : shards_) {
+    absl::MutexLock lock(&shard->mu);
+    shard->MarkReservedLocked(tier, ns);
+  }
+}
+
+void PageIndex::SetPolicy(uint8_t tier, EvictionPolicy policy, uint64_t bytes) {
+  const auto cap = static_cast<uint64_t>(static_cast<double>(bytes) / shards_.size() *
+                                         k2qProtectedShare);
+  for (auto& shard : shards_) {
+    absl::MutexLock lock(&shard->mu);
+    shard->SetPolicyLocked(tier, policy, cap);
+  }
+}
+
+}  // namespace kvtier::tiers

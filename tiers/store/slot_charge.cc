@@ -1,0 +1,77 @@
+// Slot accounting: a namespace's bytes in a tier are charged before a slot is
+// allocated and uncharged after it is freed, so quota checks never race a
+// PUT, a promotion or a demotion. Making room evicts the namespace's own pages
+// for its quota and anyone's for the tier (as the EvictMode allows), bounded
+// so a request never spins.
+#include "absl/strings/str_cat.h"
+#include "tiers/store/internal/store_impl.h"
+
+namespace kvtier::tiers {
+
+bool TierManager::Impl::TryCharge(NamespaceState& ns, size_t t, uint64_t bytes) {
+  Counter& used = ns.tier_bytes[t];
+  if (ns.quota[t] == 0) {
+    used.fetch_add(bytes, std::memory_order_relaxed);
+    return true;
+  }
+  uint64_t cur = used.load(std::memory_order_relaxed);
+  do {
+    if (cur + bytes > ns.quota[t]) return false;
+  } while (!used.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+void TierManager::Impl::Uncharge(NamespaceId ns, size_t t, uint64_t bytes) {
+  if (NamespaceState* s = Ns(ns)) s->tier_bytes[t].fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+bool TierManager::Impl::ChargeQuota(NamespaceId ns, size_t t, uint64_t bytes, EvictMode mode) {
+  NamespaceState& s = *Ns(ns);
+  if (s.quota[t] != 0 && bytes > s.quota[t]) return false;
+  // Only this namespace's own pages make room under its quota; another
+  // namespace's pages are never evicted on its behalf.
+  while (!TryCharge(s, t, bytes)) {
+    if (EvictOne(t, ns, mode) == 0) return false;
+    s.quota_evictions.fetch_add(1, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+absl::StatusOr<Slot> TierManager::Impl::AllocateWithEviction(size_t t, uint64_t bytes,
+                                                              EvictMode mode) {
+  Tier& tier = *tiers[t]->tier;
+  // Bounded: with mixed page sizes, freeing a slab may take many evictions,
+  // but a request must never spin; the evictor keeps headroom normally.
+  const uint64_t max_evictions = uint64_t{config.eviction_batch} * 4;
+  for (uint64_t evicted = 0;; ++evicted) {
+    absl::StatusOr<Slot> slot = tier.Allocate(bytes);
+    if (slot.ok() || !absl::IsResourceExhausted(slot.status())) return slot;
+    if (evicted < max_evictions && EvictOne(t, 0, mode) > 0) continue;
+    // The persistent tier's last resort: copies of pages also in RAM.
+    if (mode == EvictMode::kMayWrite && IsBackupTier(t) &&
+        ReclaimBackups(bytes) > 0) {
+      continue;
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+          "full (", tier.used_bytes(), " of ", tier.capacity_bytes(), " bytes used, ", evicted,
+          " pages evicted, the rest pinned, busy",
+          mode == EvictMode::kCleanOnly ? " or not yet written back" : "",
+          "): ", slot.status().message()));
+  }
+}
+
+absl::StatusOr<Slot> TierManager::Impl::ChargeAndAllocate(NamespaceId ns, size_t t,
+                                                           uint64_t bytes, EvictMode mode) {
+  if (!ChargeQuota(ns, t, bytes, mode)) {
+    const NamespaceState& s = *Ns(ns);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "over quota (", s.tier_bytes[t].load(), " of ", s.quota[t], " bytes used, own pages ",
+        mode == EvictMode::kCleanOnly ? "pinned, too few or not yet written back)"
+                                      : "pinned or too few)"));
+  }
+  absl::StatusOr<Slot> slot = AllocateWithEviction(t, bytes, mode);
+  if (!slot.ok()) Uncharge(ns, t, bytes);  // charged, never allocated
+  return slot;
+}
+
+}  // namespace kvtier::tiers
