@@ -89,7 +89,7 @@ class SlotSpace {
   // load/store addressable (HBM, NVMe): callers then use PageIo.
   virtual uint8_t* Address(const Slot& slot) = 0;
   // The host-addressable region of all slots, or {nullptr, 0}.
-  virtual std::pair<uint8_t*, uint64_t> Region() = 0;
+  virtual std::pair<uint8_t*, uint64_t> Region() { return {nullptr, 0}; }
 };
 
 // Moving a page's bytes in and out of its slot. Reads are asynchronous
@@ -115,16 +115,17 @@ class PageIo {
   using ReadDone = std::function<void(absl::Status)>;
   virtual void ReadRangeAsync(const Slot& slot, uint64_t offset, uint64_t n, void* dst,
                               uint64_t dst_room, ReadDone done) = 0;
-  // The granularity of ReadRangeAsync's offsets: 1 for RAM, the block size
-  // for a block device.
-  virtual uint64_t read_alignment() const = 0;
+  // The granularity of ReadRangeAsync's offsets: 1 (the default) for RAM,
+  // the block size for a block device.
+  virtual uint64_t read_alignment() const { return 1; }
   // How many reads are worth keeping in flight at once (the device's queue
-  // depth); 1 for tiers that complete every read on the calling thread.
-  virtual uint32_t queue_depth() const = 0;
+  // depth); 1 (the default) for tiers that complete every read on the
+  // calling thread.
+  virtual uint32_t queue_depth() const { return 1; }
   // A long-lived memory region (another tier's arena) that this tier's I/O
   // reads from and writes into; an io_uring tier registers it as fixed
-  // buffers. Best effort.
-  virtual absl::Status RegisterIoRegion(void* base, uint64_t len) = 0;
+  // buffers. Best effort; the default ignores it.
+  virtual absl::Status RegisterIoRegion(void* base, uint64_t len) { return absl::OkStatus(); }
   virtual IoCounters io_counters() const = 0;
 
   // The whole page: ReadRangeAsync of [0, slot.bytes).

@@ -42,16 +42,12 @@ class HbmTier final : public Tier {
 
   uint64_t alloc_failures() const override;
   uint8_t* Address(const Slot& slot) override { return nullptr; }
-  std::pair<uint8_t*, uint64_t> Region() override { return {nullptr, 0}; }
 
   // H2D / D2H copies that return when the bytes have arrived (a read's
   // `done` runs on the calling thread, after the copy).
   absl::Status Write(const Slot& slot, uint64_t offset, const void* src, uint64_t n) override;
   void ReadRangeAsync(const Slot& slot, uint64_t offset, uint64_t n, void* dst, uint64_t dst_room,
                       ReadDone done) override;
-  uint64_t read_alignment() const override { return 1; }
-  uint32_t queue_depth() const override { return 1; }
-  absl::Status RegisterIoRegion(void*, uint64_t) override { return absl::OkStatus(); }
   IoCounters io_counters() const override;
 
   // Device address of a slot's first byte (valid while the slot is held).

@@ -71,9 +71,6 @@ class HostTier final : public Tier {
     }
     done(std::move(st));
   }
-  uint64_t read_alignment() const override { return 1; }
-  uint32_t queue_depth() const override { return 1; }
-  absl::Status RegisterIoRegion(void*, uint64_t) override { return absl::OkStatus(); }
 
   IoCounters io_counters() const override {
     IoCounters c;

@@ -97,7 +97,6 @@ class NvmeTier final : public DurableIndex, public Tier {
     return device_->RegisterBufferRegion(base, len);
   }
   uint8_t* Address(const Slot&) override { return nullptr; }
-  std::pair<uint8_t*, uint64_t> Region() override { return {nullptr, 0}; }
   uint64_t alloc_failures() const override {
     return alloc_failures_.load(std::memory_order_relaxed);
   }

@@ -65,9 +65,6 @@ class AccountingTier final : public tiers::DurableIndex, public tiers::Tier {
                      uint64_t n) override;
   void ReadRangeAsync(const tiers::Slot& slot, uint64_t offset, uint64_t n, void* dst,
                       uint64_t dst_room, ReadDone done) override;
-  uint64_t read_alignment() const override { return 1; }
-  uint32_t queue_depth() const override { return 1; }
-  absl::Status RegisterIoRegion(void*, uint64_t) override { return absl::OkStatus(); }
   tiers::IoCounters io_counters() const override { return counters_; }
 
   // DurableIndex (NVMe kind): every record is "written", none is kept.
