@@ -5,6 +5,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "tiers/store/internal/evictor.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/internal/store_impl.h"
 #include "tiers/store/tier_manager.h"
 
@@ -32,31 +34,33 @@ std::optional<PageKey> PickVictimKey(PageIndex& index, size_t t, NamespaceId ns,
 
 absl::StatusOr<uint64_t> TierManager::EvictNamespace(NamespaceId ns, std::optional<TierKind> tier,
                                                      uint64_t max_pages) {
-  NamespaceState* state = impl_->Ns(ns);
+  NamespaceState* state = impl_->core.Ns(ns);
   if (state == nullptr) return absl::NotFoundError(absl::StrCat("no namespace with id ", ns));
   uint64_t evicted = 0;
   // Under concurrent PUTs into the namespace the loops are bounded by what
   // was there when they started.
   uint64_t budget = state->pages.load(std::memory_order_relaxed) + 64;
   if (tier) {
-    for (size_t t = 0; t < impl_->tiers.size(); ++t) {
-      if (impl_->tiers[t]->tier->kind() != *tier) continue;
-      while (evicted < std::min(max_pages, budget) && impl_->EvictOne(t, ns, EvictMode::kMayWrite) > 0) ++evicted;
+    for (size_t t = 0; t < impl_->core.tiers.size(); ++t) {
+      if (impl_->core.tiers[t]->tier->kind() != *tier) continue;
+      while (evicted < std::min(max_pages, budget) &&
+             impl_->evictor->EvictOne(t, ns, EvictMode::kMayWrite) > 0)
+        ++evicted;
       return evicted;
     }
     return absl::InvalidArgumentError(
         absl::StrCat("this store has no ", std::string(TierName(*tier)), " tier"));
   }
   // Out of the store: the coldest pages live in the lowest tier.
-  for (size_t t = impl_->tiers.size(); t-- > 0 && evicted < max_pages;) {
+  for (size_t t = impl_->core.tiers.size(); t-- > 0 && evicted < max_pages;) {
     while (evicted < max_pages && budget > 0) {
       std::optional<PageKey> key =
-          PickVictimKey(impl_->index, t, ns, impl_->config.leaf_scan_limit);
+          PickVictimKey(impl_->core.index, t, ns, impl_->core.config.leaf_scan_limit);
       if (!key) break;
       --budget;
       if (Delete(ns, *key)) {
-        impl_->tiers[t]->evictions.fetch_add(1, std::memory_order_relaxed);
-        impl_->tiers[t]->dropped.fetch_add(1, std::memory_order_relaxed);
+        impl_->core.tiers[t]->evictions.fetch_add(1, std::memory_order_relaxed);
+        impl_->core.tiers[t]->dropped.fetch_add(1, std::memory_order_relaxed);
         ++evicted;
       }
     }
@@ -66,22 +70,21 @@ absl::StatusOr<uint64_t> TierManager::EvictNamespace(NamespaceId ns, std::option
 
 absl::StatusOr<uint64_t> TierManager::FlushToPersistent() {
   // Flushes to the backup tier (NVMe), where a restart looks.
-  const size_t last = std::min(impl_->backup_tier, impl_->tiers.size() - 1);
-  if (!impl_->HasBackupTier())
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no persistent tier to flush to (the lowest tier is ",
-        std::string(TierName(impl_->tiers[last]->tier->kind())),
-        ")"));
+  const size_t last = std::min(impl_->core.backup_tier, impl_->core.tiers.size() - 1);
+  if (!impl_->core.HasBackupTier())
+    return absl::FailedPreconditionError(
+        absl::StrCat("no persistent tier to flush to (the lowest tier is ",
+                     std::string(TierName(impl_->core.tiers[last]->tier->kind())), ")"));
   uint64_t flushed = 0;
   for (size_t t = 0; t < last; ++t) {
     // EvictTo stops after a short batch (a reader pinned a victim); go on
     // while it makes progress, but not after pages that arrive meanwhile.
-    uint64_t budget = impl_->tiers[t]->pages.load(std::memory_order_relaxed) + 64;
+    uint64_t budget = impl_->core.tiers[t]->pages.load(std::memory_order_relaxed) + 64;
     uint64_t moved_here = 0;
     while (moved_here < budget) {
-      const size_t moved = impl_->EvictTo(t, 0);
+      const size_t moved = impl_->evictor->EvictTo(t, 0);
       moved_here += moved;
-      if (moved == 0 || impl_->tiers[t]->tier->used_bytes() == 0) break;
+      if (moved == 0 || impl_->core.tiers[t]->tier->used_bytes() == 0) break;
     }
     if (t + 1 == last) flushed = moved_here;
   }
@@ -89,7 +92,7 @@ absl::StatusOr<uint64_t> TierManager::FlushToPersistent() {
 }
 
 uint64_t TierManager::NamespacePages(NamespaceId ns) const {
-  NamespaceState* state = impl_->Ns(ns);
+  NamespaceState* state = impl_->core.Ns(ns);
   return state == nullptr ? 0 : state->pages.load(std::memory_order_relaxed);
 }
 

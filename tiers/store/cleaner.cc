@@ -7,80 +7,86 @@
 // durable copies of pages that are also in RAM go first (write-back only).
 #include <vector>
 
-#include "tiers/store/internal/store_impl.h"
+#include "tiers/store/internal/evictor.h"
+#include "tiers/store/internal/page_move.h"
+#include "tiers/store/internal/slot_accounts.h"
+#include "tiers/store/internal/store_core.h"
 
 namespace kvtier::tiers {
 
-PageEntry* TierManager::Impl::TakeDirty(size_t t, NamespaceId ns) {
+PageEntry *Evictor::TakeDirty(size_t t, NamespaceId ns) {
   // Cleaning a page the admission filter would refuse writes what is never
   // read back: reused-only admission cleans only reused pages.
-  const VictimFilter filter = config.persistent_admission == TierManagerConfig::Admission::kAll
-                                  ? VictimFilter::kDirty
-                                  : VictimFilter::kDirtyReused;
+  const VictimFilter filter =
+      core_.config.persistent_admission == TierManagerConfig::Admission::kAll
+          ? VictimFilter::kDirty
+          : VictimFilter::kDirtyReused;
   for (int attempt = 0; attempt < 4; ++attempt) {
     const int s = PickVictimShard(t, ns, filter);
     if (s < 0) return nullptr;
-    IndexShard& shard = index.shard(s);
+    IndexShard &shard = core_.index.shard(s);
     absl::MutexLock lock(&shard.mu);
     PageEntry* e = shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t), filter).entry;
     if (e == nullptr) continue;
-    PinLocked(e);  // our pin: the page cannot leave or move while we copy it
+    core_.PinLocked(e);  // our pin: the page cannot leave or move while we copy it
     return e;
   }
   return nullptr;
 }
 
-size_t TierManager::Impl::CleanTier(size_t t, NamespaceId ns, uint64_t want_clean_bytes) {
-  if (!HasBackupTier() || t >= backup_tier) return 0;
-  const size_t last = backup_tier;
+size_t Evictor::CleanTier(size_t t, NamespaceId ns, uint64_t want_clean_bytes) {
+  if (!core_.HasBackupTier() || t >= core_.backup_tier) return 0;
+  const size_t last = core_.backup_tier;
   // Whole-tier cleaning stops at the target; a namespace's request cleans
   // one batch of its own coldest pages.
   const uint64_t have =
-      ns == 0 ? tiers[t]->clean_page_bytes.load(std::memory_order_relaxed) : 0;
+      ns == 0 ? core_.tiers[t]->clean_page_bytes.load(std::memory_order_relaxed) : 0;
   std::vector<PageMove> batch;
   uint64_t adding = 0;
-  while (batch.size() < config.eviction_batch && have + adding < want_clean_bytes) {
+  while (batch.size() < core_.config.eviction_batch && have + adding < want_clean_bytes) {
     PageEntry* e = TakeDirty(t, ns);
     if (e == nullptr) break;
-    batch.push_back(BeginMove(e, last, MoveKind::kClean, EvictMode::kMayWrite));
+    batch.push_back(mover_.BeginMove(e, last, MoveKind::kClean, EvictMode::kMayWrite));
     adding += batch.back().old.bytes;
   }
-  PersistMoves(batch);
+  mover_.PersistMoves(batch);
   size_t cleaned = 0;
-  for (PageMove& m : batch) cleaned += FinishMove(m) ? 1 : 0;
+  for (PageMove &m : batch) cleaned += mover_.FinishMove(m) ? 1 : 0;
   return cleaned;
 }
 
-void TierManager::Impl::RequestClean(NamespaceId ns, size_t t) {
-  if (!HasBackupTier() || t >= backup_tier || !config.start_evictor_thread) return;
-  absl::MutexLock lock(&evictor_mu);
-  clean_requests.insert({ns, t});
-  evictor_kick = true;
-  evictor_cv.Signal();
+void Evictor::RequestClean(NamespaceId ns, size_t t) {
+  if (!core_.HasBackupTier() || t >= core_.backup_tier || !core_.config.start_evictor_thread)
+    return;
+  absl::MutexLock lock(&mu_);
+  clean_requests_.insert({ns, t});
+  kick_ = true;
+  cv_.Signal();
 }
 
-bool TierManager::Impl::CleanRequested() {
+bool Evictor::CleanRequested() {
   absl::flat_hash_set<std::pair<NamespaceId, size_t>> work;
   {
-    absl::MutexLock lock(&evictor_mu);
-    work.swap(clean_requests);
+    absl::MutexLock lock(&mu_);
+    work.swap(clean_requests_);
   }
   bool progress = false;
   for (const auto& [ns, t] : work) {
-    const NamespaceState* s = Ns(ns);
+    const NamespaceState *s = core_.Ns(ns);
     if (s == nullptr) continue;
     if (CleanTier(t, ns, UINT64_MAX) > 0) progress = true;
   }
   return progress;
 }
 
-uint64_t TierManager::Impl::ReclaimBackups(uint64_t want_bytes) {
-  if (config.write_through || !HasBackupTier()) return 0;  // there, every copy is a promise
-  const size_t last = backup_tier;
+uint64_t Evictor::ReclaimBackups(uint64_t want_bytes) {
+  if (core_.config.write_through || !core_.HasBackupTier())
+    return 0;  // there, every copy is a promise
+  const size_t last = core_.backup_tier;
   uint64_t freed = 0;
   for (size_t t = 0; t < last && freed < want_bytes; ++t) {
-    for (uint32_t i = 0; i < index.num_shards() && freed < want_bytes; ++i) {
-      IndexShard& shard = index.shard(i);
+    for (uint32_t i = 0; i < core_.index.num_shards() && freed < want_bytes; ++i) {
+      IndexShard &shard = core_.index.shard(i);
       while (freed < want_bytes) {
         Slot backup;
         PageMeta meta;
@@ -91,11 +97,11 @@ uint64_t TierManager::Impl::ReclaimBackups(uint64_t want_bytes) {
           PageEntry* e = shard.FindRecentCleanLocked(static_cast<uint8_t>(t), 64);
           if (e == nullptr) break;
           backup = e->backup;
-          meta = MetaOf(e);
+          meta = core_.MetaOf(e);
           ns = e->ns;
-          ClearBackupLocked(shard, e);
+          core_.ClearBackupLocked(shard, e);
         }
-        ReleaseSlot(last, ns, backup, meta);
+        slots_.ReleaseSlot(last, ns, backup, meta);
         freed += backup.bytes;
       }
     }

@@ -22,7 +22,10 @@
 #include "absl/container/inlined_vector.h"
 #include "kvtier/test_hooks.h"
 #include "tiers/common/io_class.h"
-#include "tiers/store/internal/store_impl.h"
+#include "tiers/store/internal/evictor.h"
+#include "tiers/store/internal/page_move.h"
+#include "tiers/store/internal/slot_accounts.h"
+#include "tiers/store/internal/store_core.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -32,13 +35,13 @@ constexpr int kVictimAttempts = 4;  // races with readers are retried this often
 }  // namespace
 
 // The headroom above each namespace's reserve in one tier, for a victim scan.
-class TierManager::Impl::TierReserves final : public ReserveView {
+class Evictor::TierReserves final : public ReserveView {
  public:
-  TierReserves(const Impl& impl, size_t t) : impl_(impl), t_(t) {}
-  uint64_t Headroom(NamespaceId ns) const override { return impl_.ReserveHeadroom(ns, t_); }
+  TierReserves(const SlotAccounts &slots, size_t t) : slots_(slots), t_(t) {}
+  uint64_t Headroom(NamespaceId ns) const override { return slots_.ReserveHeadroom(ns, t_); }
 
  private:
-  const Impl& impl_;
+  const SlotAccounts &slots_;
   const size_t t_;
 };
 
@@ -46,24 +49,24 @@ class TierManager::Impl::TierReserves final : public ReserveView {
 // prefix is useless. A demotion keeps the page, and a child demoted to a
 // lower tier still counts as resident, so below the last tier plain LRU order
 // (chains are touched tail-first) is the right one.
-uint32_t TierManager::Impl::ScanLimit(size_t t) const {
-  return IsLastTier(t) ? config.leaf_scan_limit : 0;
+uint32_t Evictor::ScanLimit(size_t t) const {
+  return core_.IsLastTier(t) ? core_.config.leaf_scan_limit : 0;
 }
 
-std::optional<VictimFilter> TierManager::Impl::FilterFor(size_t t, EvictMode mode) const {
+std::optional<VictimFilter> Evictor::FilterFor(size_t t, EvictMode mode) const {
   if (mode == EvictMode::kMayWrite) return VictimFilter::kAny;
   // Leaving a persistent tier deletes a record (disk): never on the
   // request path.
-  if (tiers[t]->tier->persistent()) return std::nullopt;
-  if (IsLastTier(t)) return VictimFilter::kAny;
-  if (!tiers[t + 1]->tier->persistent()) return VictimFilter::kAny;  // RAM to RAM: a memcpy
-  return config.persistent_admission == TierManagerConfig::Admission::kAll
+  if (core_.tiers[t]->tier->persistent()) return std::nullopt;
+  if (core_.IsLastTier(t)) return VictimFilter::kAny;
+  if (!core_.tiers[t + 1]->tier->persistent()) return VictimFilter::kAny;  // RAM to RAM: a memcpy
+  return core_.config.persistent_admission == TierManagerConfig::Admission::kAll
              ? VictimFilter::kClean
              : VictimFilter::kCleanOrUnreused;
 }
 
-int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
-                                       const ReserveView* reserves) {
+int Evictor::PickVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
+                             const ReserveView *reserves) {
   if (ns != 0) return BestVictimShard(t, ns, filter, reserves);
   // Shards by the stamp of their oldest page, oldest first (a min-heap,
   // popped lazily). That stamp bounds every victim of the shard from below,
@@ -74,8 +77,8 @@ int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns, VictimFilter fi
   const auto tier = static_cast<uint8_t>(t);
   using Oldest = std::pair<uint64_t, uint32_t>;  // (stamp, shard)
   absl::InlinedVector<Oldest, 16> heap;
-  for (uint32_t i = 0; i < index.num_shards(); ++i) {
-    const uint64_t stamp = index.shard(i).OldestStamp(tier);
+  for (uint32_t i = 0; i < core_.index.num_shards(); ++i) {
+    const uint64_t stamp = core_.index.shard(i).OldestStamp(tier);
     if (stamp != UINT64_MAX) heap.emplace_back(stamp, i);
   }
   std::make_heap(heap.begin(), heap.end(), std::greater<>());
@@ -85,7 +88,7 @@ int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns, VictimFilter fi
     std::pop_heap(heap.begin(), heap.end(), std::greater<>());
     const uint32_t i = heap.back().second;
     heap.pop_back();
-    IndexShard& shard = index.shard(i);
+    IndexShard &shard = core_.index.shard(i);
     absl::MutexLock lock(&shard.mu);
     Victim v = shard.FindVictimLocked(tier, 0, ScanLimit(t), filter, reserves);
     if (v.BetterThan(best)) {
@@ -96,12 +99,12 @@ int TierManager::Impl::PickVictimShard(size_t t, NamespaceId ns, VictimFilter fi
   return best_shard;
 }
 
-int TierManager::Impl::BestVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
-                                       const ReserveView* reserves) {
+int Evictor::BestVictimShard(size_t t, NamespaceId ns, VictimFilter filter,
+                             const ReserveView *reserves) {
   Victim best;
   int best_shard = -1;
-  for (uint32_t i = 0; i < index.num_shards(); ++i) {
-    IndexShard& shard = index.shard(i);
+  for (uint32_t i = 0; i < core_.index.num_shards(); ++i) {
+    IndexShard &shard = core_.index.shard(i);
     absl::MutexLock lock(&shard.mu);
     Victim v = shard.FindVictimLocked(static_cast<uint8_t>(t), ns, ScanLimit(t), filter, reserves);
     if (v.BetterThan(best)) {
@@ -112,18 +115,17 @@ int TierManager::Impl::BestVictimShard(size_t t, NamespaceId ns, VictimFilter fi
   return best_shard;
 }
 
-TierManager::Impl::Taken TierManager::Impl::TakeVictim(size_t t, NamespaceId ns,
-                                                       EvictMode mode) {
+Evictor::Taken Evictor::TakeVictim(size_t t, NamespaceId ns, EvictMode mode) {
   Taken v;
   const std::optional<VictimFilter> filter = FilterFor(t, mode);
   if (!filter) return v;
-  const TierReserves tier_reserves(*this, t);
-  const ReserveView* reserves =
-      ns == 0 && tiers[t]->has_reserves.load() ? &tier_reserves : nullptr;
+  const TierReserves tier_reserves(slots_, t);
+  const ReserveView *reserves =
+      ns == 0 && core_.tiers[t]->has_reserves.load() ? &tier_reserves : nullptr;
   for (int attempt = 0; attempt < kVictimAttempts; ++attempt) {
     const int s = PickVictimShard(t, ns, *filter, reserves);
     if (s < 0) return v;
-    IndexShard& shard = index.shard(s);
+    IndexShard &shard = core_.index.shard(s);
     shard.mu.Lock();
     // Re-pick under the lock: the shard may have changed since the scan.
     PageEntry* e =
@@ -131,36 +133,37 @@ TierManager::Impl::Taken TierManager::Impl::TakeVictim(size_t t, NamespaceId ns,
     // The claim fails only when another pick took the headroom meanwhile;
     // the next scan sees that.
     if (e == nullptr ||
-        (reserves != nullptr && !ClaimAboveReserve(e->ns, t, e->slot.bytes))) {
+        (reserves != nullptr && !slots_.ClaimAboveReserve(e->ns, t, e->slot.bytes))) {
       shard.mu.Unlock();
       continue;
     }
     v.claimed = reserves != nullptr;
-    if (IsLastTier(t) && PublishesOnEviction(e, t, mode)) {
+    if (core_.IsLastTier(t) && PublishesOnEviction(e, t, mode)) {
       // Leaves the store once a copy is in the shared cache: read it
       // without the lock, under our pin (EvictOne).
-      PinLocked(e);
+      core_.PinLocked(e);
       shard.mu.Unlock();
       v.entry = e;
       v.publish = true;
       return v;
     }
-    if (IsLastTier(t) || !Admit(e, t)) {
-      if (!IsLastTier(t)) tiers[t]->admission_drops.fetch_add(1, std::memory_order_relaxed);
+    if (core_.IsLastTier(t) || !Admit(e, t)) {
+      if (!core_.IsLastTier(t))
+        core_.tiers[t]->admission_drops.fetch_add(1, std::memory_order_relaxed);
       const NamespaceId victim_ns = e->ns;
       const uint64_t bytes = e->slot.bytes;
       // Unpinned (the filter), so its bytes are uncharged before the claim
       // goes (a deferred record deletion aside: only the frontend defers,
       // and its kCleanOnly never drops from a persistent tier).
-      DropAndUnlock(shard, e, t);
-      if (v.claimed) ReleaseReserveClaim(victim_ns, t, bytes);
+      mover_.DropAndUnlock(shard, e, t);
+      if (v.claimed) slots_.ReleaseReserveClaim(victim_ns, t, bytes);
       v.claimed = false;
       v.dropped = true;
       return v;
     }
     // The evictor's own pin keeps readers' pins countable and stops a second
     // evictor from choosing the same page while it is copied.
-    PinLocked(e);
+    core_.PinLocked(e);
     shard.mu.Unlock();
     v.entry = e;
     return v;
@@ -168,23 +171,22 @@ TierManager::Impl::Taken TierManager::Impl::TakeVictim(size_t t, NamespaceId ns,
   return v;
 }
 
-TierManager::Impl::PageMove TierManager::Impl::BeginEviction(const Taken& v, size_t t,
-                                                             EvictMode mode) {
-  PageMove m = BeginMove(v.entry, t + 1, MoveKind::kDemote, mode);
+PageMove Evictor::BeginEviction(const Taken &v, size_t t, EvictMode mode) {
+  PageMove m = mover_.BeginMove(v.entry, t + 1, MoveKind::kDemote, mode);
   m.reserve_claim = v.claimed;
   return m;
 }
 
-bool TierManager::Impl::FinishEviction(PageMove& m) {
+bool Evictor::FinishEviction(PageMove &m) {
   const NamespaceId ns = m.e->ns;  // e may be freed by FinishMove
-  const bool moved = FinishMove(m);
+  const bool moved = mover_.FinishMove(m);
   // The source slot is RAM (demotions leave non-last tiers), so it was
   // uncharged synchronously, if the page left.
-  if (m.reserve_claim) ReleaseReserveClaim(ns, m.from, m.old.bytes);
+  if (m.reserve_claim) slots_.ReleaseReserveClaim(ns, m.from, m.old.bytes);
   return moved;
 }
 
-size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns, EvictMode mode) {
+size_t Evictor::EvictOne(size_t t, NamespaceId ns, EvictMode mode) {
   for (int attempt = 0; attempt < kVictimAttempts; ++attempt) {
     const Taken v = TakeVictim(t, ns, mode);
     if (v.dropped) return 1;
@@ -195,7 +197,7 @@ size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns, EvictMode mode) {
     }
     std::vector<PageMove> one;
     one.push_back(BeginEviction(v, t, mode));
-    PersistMoves(one);
+    mover_.PersistMoves(one);
     if (FinishEviction(one[0])) return 1;
   }
   return 0;
@@ -203,12 +205,11 @@ size_t TierManager::Impl::EvictOne(size_t t, NamespaceId ns, EvictMode mode) {
 
 // A batch of demotions into a persistent tier shares one fdatasync and one
 // index write: per-page syncs would cap demotion at the disk's sync rate.
-size_t TierManager::Impl::DemoteBatch(size_t t, size_t max_pages, uint64_t target,
-                                      EvictMode mode) {
+size_t Evictor::DemoteBatch(size_t t, size_t max_pages, uint64_t target, EvictMode mode) {
   std::vector<PageMove> batch;
   size_t left = 0;
   uint64_t leaving = 0;  // bytes the picked pages will free
-  const Tier& tier = *tiers[t]->tier;
+  const Tier &tier = *core_.tiers[t]->tier;
   while (batch.size() + left < max_pages && tier.used_bytes() > target + leaving) {
     const Taken v = TakeVictim(t, 0, mode);
     if (v.dropped) {
@@ -219,133 +220,119 @@ size_t TierManager::Impl::DemoteBatch(size_t t, size_t max_pages, uint64_t targe
     batch.push_back(BeginEviction(v, t, mode));
     leaving += batch.back().old.bytes;
   }
-  PersistMoves(batch);
+  mover_.PersistMoves(batch);
   for (PageMove& m : batch) left += FinishEviction(m) ? 1 : 0;
   return left;
 }
 
-size_t TierManager::Impl::DropAndUnlock(IndexShard& shard, PageEntry* e, size_t t) {
-  shard.RememberEvictedLocked(e);
-  DetachEntryLocked(shard, e);
-  const bool free_now = e->pins == 0;
-  const bool counted = e->flags & PageEntry::kCountedInParent;
-  const NamespaceId ns = e->ns;
-  const PageKey parent = e->parent;
-  shard.mu.Unlock();
-  tiers[t]->evictions.fetch_add(1, std::memory_order_relaxed);
-  tiers[t]->dropped.fetch_add(1, std::memory_order_relaxed);
-  if (counted) DetachFromParent(ns, parent);
-  if (free_now) FreeEntry(e);
-  return 1;
-}
-
-bool TierManager::Impl::Admit(const PageEntry* e, size_t t) const {
-  const Tier& below = *tiers[t + 1]->tier;
-  if (config.persistent_admission == TierManagerConfig::Admission::kAll) return true;
-  if (e->clean() && IsBackupTier(t + 1)) return true;  // already durable there
+bool Evictor::Admit(const PageEntry *e, size_t t) const {
+  const Tier &below = *core_.tiers[t + 1]->tier;
+  if (core_.config.persistent_admission == TierManagerConfig::Admission::kAll) return true;
+  if (e->clean() && core_.IsBackupTier(t + 1)) return true;  // already durable there
   if (!below.persistent()) return true;
   return e->flags & PageEntry::kReused;
 }
 
-size_t TierManager::Impl::EvictTo(size_t t, uint64_t target) {
-  DrainPendingUnpersist();
-  const Tier& tier = *tiers[t]->tier;
+size_t Evictor::EvictTo(size_t t, uint64_t target) {
+  slots_.DrainPendingUnpersist();
+  const Tier &tier = *core_.tiers[t]->tier;
   // With reclaim_copies_first, the persistent tier's room comes first from
   // copies of pages that are also in RAM (write-back only; under
   // write-through they are the promise). Off (default): plain leaf-first LRU
   // over the pages that live only there; see TierManagerConfig.
-  if (config.reclaim_copies_first && IsBackupTier(t) &&
-      tier.used_bytes() > target) {
+  if (core_.config.reclaim_copies_first && core_.IsBackupTier(t) && tier.used_bytes() > target) {
     ReclaimBackups(tier.used_bytes() - target);
   }
   size_t total = 0;
-  while (tier.used_bytes() > target && !stopping.load(std::memory_order_relaxed)) {
+  while (tier.used_bytes() > target && !stopping_.load(std::memory_order_relaxed)) {
     // Room below first: demotions would otherwise fill the lower tier to
     // the brim, one inline eviction at a time, and a PUT that lands there
     // directly (it may not evict: no disk I/O on the request path) would
     // find none.
-    if (!IsLastTier(t) && tiers[t + 1]->tier->used_bytes() > tiers[t + 1]->high_bytes) {
-      EvictTo(t + 1, tiers[t + 1]->low_bytes);
+    if (!core_.IsLastTier(t) &&
+        core_.tiers[t + 1]->tier->used_bytes() > core_.tiers[t + 1]->high_bytes) {
+      EvictTo(t + 1, core_.tiers[t + 1]->low_bytes);
     }
     size_t batch = 0;
-    if (!IsLastTier(t) && tiers[t + 1]->tier->persistent()) {
-      batch = DemoteBatch(t, config.eviction_batch, target, EvictMode::kMayWrite);
+    if (!core_.IsLastTier(t) && core_.tiers[t + 1]->tier->persistent()) {
+      batch = DemoteBatch(t, core_.config.eviction_batch, target, EvictMode::kMayWrite);
     } else {
-      while (batch < config.eviction_batch && tier.used_bytes() > target &&
+      while (batch < core_.config.eviction_batch && tier.used_bytes() > target &&
              EvictOne(t, 0, EvictMode::kMayWrite) > 0) {
         ++batch;
       }
     }
     total += batch;
-    if (batch < config.eviction_batch) break;  // nothing more evictable (or done)
+    if (batch < core_.config.eviction_batch) break;  // nothing more evictable (or done)
   }
   // Only copies of RAM pages left to give: they go after all.
-  if (IsBackupTier(t) && tier.used_bytes() > target) {
+  if (core_.IsBackupTier(t) && tier.used_bytes() > target) {
     ReclaimBackups(tier.used_bytes() - target);
   }
   return total;
 }
 
-void TierManager::Impl::KickEvictorIfHigh(size_t t) {
-  if (tiers[t]->tier->used_bytes() <= tiers[t]->high_bytes) return;
+void Evictor::KickEvictorIfHigh(size_t t) {
+  if (core_.tiers[t]->tier->used_bytes() <= core_.tiers[t]->high_bytes) return;
   KickEvictor(t);
 }
 
-void TierManager::Impl::KickEvictor(size_t t) {
-  if (!config.start_evictor_thread) return;
-  absl::MutexLock lock(&evictor_mu);
-  evictor_kick = true;
-  evictor_cv.Signal();
+void Evictor::KickEvictor(size_t t) {
+  if (!core_.config.start_evictor_thread) return;
+  absl::MutexLock lock(&mu_);
+  kick_ = true;
+  cv_.Signal();
 }
 
-void TierManager::Impl::StartEvictor() {
-  evictor = std::thread([this] { EvictorLoop(); });
+void Evictor::Start() {
+  thread_ = std::thread([this] { EvictorLoop(); });
 }
 
-void TierManager::Impl::StopEvictor() {
-  if (!evictor.joinable()) return;
-  stopping.store(true, std::memory_order_relaxed);
+void Evictor::Stop() {
+  if (!thread_.joinable()) return;
+  stopping_.store(true, std::memory_order_relaxed);
   {
-    absl::MutexLock lock(&evictor_mu);
-    evictor_stop = true;
-    evictor_cv.Signal();
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.Signal();
   }
-  evictor.join();
+  thread_.join();
 }
 
 // One round: tiers above their high watermark first (room is what requests
 // wait for), then queued record deletions, then one cleaning batch per tier.
 // Returns true when cleaning made progress (another round follows at once).
-bool TierManager::Impl::EvictorRound() {
-  for (size_t t = 0; t < tiers.size(); ++t) {
-    if (tiers[t]->tier->used_bytes() > tiers[t]->high_bytes) EvictTo(t, tiers[t]->low_bytes);
+bool Evictor::EvictorRound() {
+  for (size_t t = 0; t < core_.tiers.size(); ++t) {
+    if (core_.tiers[t]->tier->used_bytes() > core_.tiers[t]->high_bytes)
+      EvictTo(t, core_.tiers[t]->low_bytes);
   }
-  DrainPendingUnpersist();
+  slots_.DrainPendingUnpersist();
   bool progress = false;
-  for (size_t t = 0; t + 1 < tiers.size(); ++t) {
-    if (stopping.load(std::memory_order_relaxed)) return false;
-    if (tiers[t]->tier->used_bytes() > tiers[t]->clean_start_bytes &&
-        CleanTier(t, 0, tiers[t]->clean_bytes) > 0) {
+  for (size_t t = 0; t + 1 < core_.tiers.size(); ++t) {
+    if (stopping_.load(std::memory_order_relaxed)) return false;
+    if (core_.tiers[t]->tier->used_bytes() > core_.tiers[t]->clean_start_bytes &&
+        CleanTier(t, 0, core_.tiers[t]->clean_bytes) > 0) {
       progress = true;
     }
   }
   return CleanRequested() || progress;
 }
 
-void TierManager::Impl::EvictorLoop() {
+void Evictor::EvictorLoop() {
   // Cleaning and demotion writes: the device's lowest class (io_class.h).
   IoClassScope io_class(IoClass::kWriteback);
-  absl::MutexLock lock(&evictor_mu);
-  while (!evictor_stop) {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
     // The periodic wake-up catches tiers filled by paths that do not kick
     // (demotions into a lower tier).
-    if (!evictor_kick) evictor_cv.WaitWithTimeout(&evictor_mu, absl::Milliseconds(100));
-    evictor_kick = false;
-    if (evictor_stop) break;
-    evictor_mu.Unlock();
-    while (EvictorRound() && !stopping.load(std::memory_order_relaxed)) {
+    if (!kick_) cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+    kick_ = false;
+    if (stop_) break;
+    mu_.Unlock();
+    while (EvictorRound() && !stopping_.load(std::memory_order_relaxed)) {
     }
-    evictor_mu.Lock();
+    mu_.Lock();
   }
 }
 

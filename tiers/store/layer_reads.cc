@@ -12,7 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "tiers/store/internal/page_move.h"
 #include "tiers/store/internal/read_buffers.h"
+#include "tiers/store/internal/read_checks.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/internal/store_impl.h"
 #include "tiers/store/tier_manager.h"
 
@@ -58,7 +61,7 @@ class LayerReadBatch {
     size_t i = 0;        // index into pins_
     ChunkSums sums;      // empty: one unit, the whole page
     uint8_t* slot = nullptr;             // the promotion's slot, if promoted
-    std::optional<Impl::PageMove> move;  // the promotion
+    std::optional<PageMove> move;        // the promotion
     std::vector<size_t> units;           // into units_, in byte order
     size_t verified_units = 0;           // leading units read and verified
     uint32_t inflight = 0;
@@ -115,7 +118,7 @@ LayerReadStats LayerReadBatch::Run() {
   if (!pages_.empty()) demand.emplace(options_.demand);
   uint64_t window = 1;
   for (size_t k = 0; k < pages_.size(); ++k) {
-    window = std::max<uint64_t>(window, m_.tiers[Entry(pages_[k])->tier]->tier->queue_depth());
+    window = std::max<uint64_t>(window, m_.core.tiers[Entry(pages_[k])->tier]->tier->queue_depth());
     if (Prepare(pages_[k])) PlanUnits(k);
   }
   // Whole pages first (layer 0 waits for them), then layer 0 of every
@@ -138,25 +141,25 @@ LayerReadStats LayerReadBatch::Run() {
 // failed, and the sink was told) when it cannot be read.
 bool LayerReadBatch::Prepare(Page& p) {
   PageEntry* e = Entry(p);
-  if (absl::Status st = m_.KnownCorrupt(e); !st.ok()) {
+  if (absl::Status st = m_.checks->KnownCorrupt(e); !st.ok()) {
     Fail(p, st);
     return false;
   }
   // Pinned by us: key, checksum and slot stay put.
   PageMeta meta;
-  if (const NamespaceState* ns = m_.Ns(e->ns)) meta.ns_name = ns->name;
+  if (const NamespaceState* ns = m_.core.Ns(e->ns)) meta.ns_name = ns->name;
   meta.key = e->key;
   meta.checksum = e->checksum;
   // Only a durable index keeps chunk sums; RAM bytes never left the process.
-  if (DurableIndex* index = m_.tiers[e->tier]->tier->durable())
+  if (DurableIndex* index = m_.core.tiers[e->tier]->tier->durable())
     p.sums = index->ReadChunkSums(e->slot, meta);
-  const std::optional<size_t> to = m_.PromoteTarget(options_);
-  if (to && !m_.CheckPromotable(e, *to).has_value() &&
-      m_.tiers[*to]->tier->Region().first != nullptr) {
+  const std::optional<size_t> to = m_.core.PromoteTarget(options_);
+  if (to && !m_.mover->CheckPromotable(e, *to).has_value() &&
+      m_.core.tiers[*to]->tier->Region().first != nullptr) {
     // A GET's promotion makes room only by dropping clean pages.
-    p.move.emplace(m_.PrepareMove(e, *to, Impl::MoveKind::kPromote, EvictMode::kCleanOnly));
+    p.move.emplace(m_.mover->PrepareMove(e, *to, MoveKind::kPromote, EvictMode::kCleanOnly));
     if (p.move->dst.ok()) {
-      p.slot = m_.tiers[*to]->tier->Address(*p.move->dst);
+      p.slot = m_.core.tiers[*to]->tier->Address(*p.move->dst);
     } else {
       p.move.reset();
     }
@@ -216,8 +219,8 @@ void LayerReadBatch::Start(size_t u) {
   }
   ++p.inflight;
   ++inflight_;
-  m_.tiers[e->tier]->tier->ReadRangeAsync(e->slot, unit.begin, n, unit.dst, room,
-                                          completions_.Done(u));
+  m_.core.tiers[e->tier]->tier->ReadRangeAsync(e->slot, unit.begin, n, unit.dst, room,
+                                               completions_.Done(u));
 }
 
 void LayerReadBatch::Complete(size_t u, absl::Status st) {
@@ -233,9 +236,10 @@ void LayerReadBatch::Complete(size_t u, absl::Status st) {
   if (!st.ok()) {
     // An I/O error: that page's alone.
   } else if (p.sums.empty()) {
-    st = m_.VerifyRead(e, e->tier, unit.dst);  // drops the page on a mismatch
+    st = m_.checks->VerifyRead(e, e->tier,
+                               unit.dst);  // drops the page on a mismatch
   } else if (!VerifyChunks(p.sums, e->slot.bytes, unit.begin, unit.end, unit.dst)) {
-    st = m_.CorruptRead(e, e->tier);
+    st = m_.checks->CorruptRead(e, e->tier);
   }
   if (!st.ok()) return Fail(p, std::move(st));
   unit.ok = true;
@@ -261,8 +265,8 @@ void LayerReadBatch::Fail(Page& p, absl::Status why) {
 void LayerReadBatch::Settle(Page& p) {
   if (p.move) {
     if (!p.failed) p.move->copied = true;  // every chunk verified
-    if (p.move->copied) m_.CountIn(p.move->to, p.move->old.bytes);  // read into the slot
-    if (m_.FinishPromotion(*p.move) == PromoteOutcome::kPromoted) ++stats_.promoted_pages;
+    if (p.move->copied) m_.core.CountIn(p.move->to, p.move->old.bytes);  // read into the slot
+    if (m_.mover->FinishPromotion(*p.move) == PromoteOutcome::kPromoted) ++stats_.promoted_pages;
     p.move.reset();
   }
   p.slot = nullptr;
@@ -304,12 +308,12 @@ void LayerReadBatch::Advance() {
     // one) leave that tier here; bounce bytes were counted by their read.
     for (size_t i : ram_) {
       sink_.Layer(i, next_layer_, pins_[i].data() + at);
-      m_.CountOut(pins_[i].entry_->tier, layer_bytes_);
+      m_.core.CountOut(pins_[i].entry_->tier, layer_bytes_);
     }
     for (Page& p : pages_) {
       if (p.failed) continue;
       sink_.Layer(p.i, next_layer_, LayerAt(p, next_layer_));
-      if (p.slot != nullptr) m_.CountOut(p.move->to, layer_bytes_);
+      if (p.slot != nullptr) m_.core.CountOut(p.move->to, layer_bytes_);
       if (p.slot == nullptr && !p.sums.empty()) Release(units_[p.units[next_layer_]]);
     }
     sink_.LayerDone(next_layer_);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tiers/store/internal/page_index.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/internal/store_impl.h"
 #include "tiers/store/tier_manager.h"
 
@@ -124,25 +125,26 @@ void TouchChain(PageIndex& index, NamespaceId ns, absl::Span<const PageKey> keys
 
 LookupResult TierManager::Lookup(NamespaceId ns, absl::Span<const PageKey> keys) {
   LookupResult result;
-  NamespaceState* state = impl_->Ns(ns);
+  NamespaceState* state = impl_->core.Ns(ns);
   if (state == nullptr || keys.empty()) return result;
   ChainShards& c = chain_shards;
-  c.Build(impl_->index, ns, keys);
-  const uint32_t hits = ProbeChain(impl_->index, ns, keys, c);
+  c.Build(impl_->core.index, ns, keys);
+  const uint32_t hits = ProbeChain(impl_->core.index, ns, keys, c);
   result.hits = hits;
   TierKind kinds[IndexShard::kMaxTiers];
-  for (size_t t = 0; t < impl_->tiers.size(); ++t) kinds[t] = impl_->tiers[t]->tier->kind();
+  for (size_t t = 0; t < impl_->core.tiers.size(); ++t)
+    kinds[t] = impl_->core.tiers[t]->tier->kind();
   result.tiers.resize(hits);
   for (uint32_t i = 0; i < hits; ++i) result.tiers[i] = kinds[c.tier_of[i]];
-  if (hits > 0) TouchChain(impl_->index, ns, keys, c, hits, impl_->NextStamps(hits));
+  if (hits > 0) TouchChain(impl_->core.index, ns, keys, c, hits, impl_->core.NextStamps(hits));
   state->lookup_hits.fetch_add(hits, std::memory_order_relaxed);
   state->lookup_misses.fetch_add(keys.size() - hits, std::memory_order_relaxed);
   return result;
 }
 
 int TierManager::TierIndex(TierKind kind) const {
-  for (size_t t = 0; t < impl_->tiers.size(); ++t)
-    if (impl_->tiers[t]->tier->kind() == kind) return static_cast<int>(t);
+  for (size_t t = 0; t < impl_->core.tiers.size(); ++t)
+    if (impl_->core.tiers[t]->tier->kind() == kind) return static_cast<int>(t);
   return -1;
 }
 
@@ -153,8 +155,8 @@ int TierManager::Locate(NamespaceId ns, const PageKey& key) const {
 
 int TierManager::Locate(NamespaceId ns, const PageKey& key, uint64_t* bytes) const {
   *bytes = 0;
-  if (impl_->Ns(ns) == nullptr) return -1;
-  IndexShard& shard = impl_->index.ShardFor(ns, key);
+  if (impl_->core.Ns(ns) == nullptr) return -1;
+  IndexShard& shard = impl_->core.index.ShardFor(ns, key);
   absl::MutexLock lock(&shard.mu);
   const PageEntry* e = shard.FindLocked(ns, key);
   if (e == nullptr) return -1;
@@ -163,12 +165,12 @@ int TierManager::Locate(NamespaceId ns, const PageKey& key, uint64_t* bytes) con
 }
 
 std::optional<PagePin> TierManager::HoldForLease(NamespaceId ns, const PageKey& key) {
-  if (impl_->Ns(ns) == nullptr) return std::nullopt;
-  IndexShard& shard = impl_->index.ShardFor(ns, key);
+  if (impl_->core.Ns(ns) == nullptr) return std::nullopt;
+  IndexShard& shard = impl_->core.index.ShardFor(ns, key);
   absl::MutexLock lock(&shard.mu);
   PageEntry* e = shard.FindLocked(ns, key);
   if (e == nullptr || e->holds == UINT16_MAX) return std::nullopt;
-  impl_->PinLocked(e);
+  impl_->core.PinLocked(e);
   ++e->holds;
   return PagePin(this, e, /*hold=*/true);
 }

@@ -4,6 +4,8 @@
 // (ReleaseSlot: record first, then the slot, then the quota bytes). Demotion,
 // promotion and cleaning are BeginMove → (PersistMoves) → FinishMove.
 #define XXH_STATIC_LINKING_ONLY
+#include "tiers/store/internal/page_move.h"
+
 #include <xxhash.h>
 
 #include <algorithm>
@@ -11,7 +13,9 @@
 
 #include "kvtier/test_hooks.h"
 #include "tiers/common/io_guard.h"
-#include "tiers/store/internal/store_impl.h"
+#include "tiers/store/internal/read_checks.h"
+#include "tiers/store/internal/slot_accounts.h"
+#include "tiers/store/internal/store_core.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -20,92 +24,22 @@ constexpr uint64_t kCopyChunk = 1 << 20;
 
 }  // namespace
 
-void TierManager::Impl::SetBackupLocked(IndexShard& shard, PageEntry* e, const Slot& backup) {
-  e->backup = backup;
-  if (e->clean()) return;
-  e->flags |= PageEntry::kHasBackup;
-  if (e->detached()) return;
-  tiers[e->tier]->clean_pages.fetch_add(1, std::memory_order_relaxed);
-  tiers[e->tier]->clean_page_bytes.fetch_add(e->slot.bytes, std::memory_order_relaxed);
-}
-
-void TierManager::Impl::ClearBackupLocked(IndexShard& shard, PageEntry* e) {
-  if (!e->clean()) return;
-  e->flags &= ~PageEntry::kHasBackup;
-  if (e->detached()) return;
-  tiers[e->tier]->clean_pages.fetch_sub(1, std::memory_order_relaxed);
-  tiers[e->tier]->clean_page_bytes.fetch_sub(e->slot.bytes, std::memory_order_relaxed);
-}
-
-void TierManager::Impl::SwitchTierLocked(IndexShard& shard, PageEntry* e, size_t to,
-                                         const Slot& slot, bool keep_backup) {
-  const bool was_clean = e->clean();
-  ClearBackupLocked(shard, e);
-  TierState& a = *tiers[e->tier];
-  TierState& b = *tiers[to];
-  a.pages.fetch_sub(1, std::memory_order_relaxed);
-  b.pages.fetch_add(1, std::memory_order_relaxed);
-  if (e->pins > 0) {  // a mover's or reader's pin moves with the page
-    a.pinned_pages.fetch_sub(1, std::memory_order_relaxed);
-    b.pinned_pages.fetch_add(1, std::memory_order_relaxed);
-  }
-  // A fresh stamp in the new tier: pages arrive there in the order they move.
-  shard.MoveTierLocked(e, static_cast<uint8_t>(to), slot, NextStamp());
-  if (was_clean && keep_backup && !IsBackupTier(to)) SetBackupLocked(shard, e, e->backup);
-}
-
-void TierManager::Impl::ReleaseSlot(size_t t, NamespaceId ns, const Slot& slot,
-                                    const PageMeta& meta) {
-  Tier& tier = *tiers[t]->tier;
-  if (tier.persistent()) {
-    if (DiskIoForbiddenHere()) {
-      // The record must go before the slot is reused, and deleting it is a
-      // write: the evictor thread does both, soon.
-      {
-        absl::MutexLock lock(&pending_mu);
-        pending_unpersist.push_back(PendingUnpersist{t, ns, slot, meta});
-      }
-      KickEvictor(t);
-      return;
-    }
-    tier.durable()->Unpersist(slot, meta);
-  }
-  FreeSlot(t, ns, slot);
-}
-
-void TierManager::Impl::FreeSlot(size_t t, NamespaceId ns, const Slot& slot) {
-  tiers[t]->tier->Free(slot);
-  Uncharge(ns, t, slot.bytes);
-}
-
-void TierManager::Impl::DrainPendingUnpersist() {
-  std::vector<PendingUnpersist> work;
-  {
-    absl::MutexLock lock(&pending_mu);
-    work.swap(pending_unpersist);
-  }
-  for (const PendingUnpersist& p : work) {
-    tiers[p.tier]->tier->durable()->Unpersist(p.slot, p.meta);
-    FreeSlot(p.tier, p.ns, p.slot);
-  }
-}
-
-bool TierManager::Impl::CopyBetweenTiers(size_t from, const Slot& src, size_t to, const Slot& dst,
-                                         uint64_t* sum) {
-  Tier& a = *tiers[from]->tier;
-  Tier& b = *tiers[to]->tier;
+bool PageMover::CopyBetweenTiers(size_t from, const Slot &src, size_t to, const Slot &dst,
+                                 uint64_t *sum) {
+  Tier &a = *core_.tiers[from]->tier;
+  Tier &b = *core_.tiers[to]->tier;
   const uint64_t n = src.bytes;
   // The side reached through Address() is counted here; Read/Write count
   // the other.
   if (const uint8_t* p = a.Address(src)) {
     if (sum != nullptr) *sum = XXH3_64bits(p, n);
     if (!b.Write(dst, 0, p, n).ok()) return false;
-    CountOut(from, n);
+    core_.CountOut(from, n);
     return true;
   }
   if (uint8_t* q = b.Address(dst)) {
     if (!a.Read(src, 0, q, n).ok()) return false;
-    CountIn(to, n);
+    core_.CountIn(to, n);
     if (sum != nullptr) *sum = XXH3_64bits(q, n);
     return true;
   }
@@ -123,13 +57,12 @@ bool TierManager::Impl::CopyBetweenTiers(size_t from, const Slot& src, size_t to
   return true;
 }
 
-TierManager::Impl::PageMove TierManager::Impl::PrepareMove(PageEntry* e, size_t to, MoveKind kind,
-                                                           EvictMode mode) {
+PageMove PageMover::PrepareMove(PageEntry *e, size_t to, MoveKind kind, EvictMode mode) {
   PageMove m;
   m.kind = kind;
   m.mode = mode;
   m.e = e;
-  m.shard = &index.ShardFor(e->ns, e->key);
+  m.shard = &core_.index.ShardFor(e->ns, e->key);
   // Pinned by us: slot and tier cannot change until we unpin.
   m.from = e->tier;
   m.to = to;
@@ -141,49 +74,48 @@ TierManager::Impl::PageMove TierManager::Impl::PrepareMove(PageEntry* e, size_t 
     clean = e->clean();
     backup = e->backup;
   }
-  if (kind == MoveKind::kDemote && clean && IsBackupTier(to)) {
+  if (kind == MoveKind::kDemote && clean && core_.IsBackupTier(to)) {
     m.dst = backup;  // the durable copy becomes the page: nothing to write
     m.copied = m.reuses_backup = true;
     return m;
   }
-  m.dst = ChargeAndAllocate(e->ns, to, m.old.bytes, mode);
+  m.dst = slots_.ChargeAndAllocate(e->ns, to, m.old.bytes, mode);
   return m;
 }
 
-void TierManager::Impl::CheckMovedBytes(PageMove& m, uint64_t sum) {
-  if (!m.copied || !tiers[m.from]->tier->persistent()) return;
-  if (!VerifySum(m.e, m.from, sum).ok()) {  // dropped: a miss, never wrong bytes
+void PageMover::CheckMovedBytes(PageMove &m, uint64_t sum) {
+  if (!m.copied || !core_.tiers[m.from]->tier->persistent()) return;
+  if (!checks_.VerifySum(m.e, m.from, sum).ok()) {  // dropped: a miss, never wrong bytes
     m.copied = false;
     m.corrupt = true;
   }
 }
 
-TierManager::Impl::PageMove TierManager::Impl::BeginMove(PageEntry* e, size_t to, MoveKind kind,
-                                                         EvictMode mode) {
+PageMove PageMover::BeginMove(PageEntry *e, size_t to, MoveKind kind, EvictMode mode) {
   PageMove m = PrepareMove(e, to, kind, mode);
   if (!m.dst.ok() || m.reuses_backup) return m;
-  const bool from_disk = tiers[m.from]->tier->persistent();
-  const bool to_disk = tiers[to]->tier->persistent();
+  const bool from_disk = core_.tiers[m.from]->tier->persistent();
+  const bool to_disk = core_.tiers[to]->tier->persistent();
   uint64_t sum = 0;
   m.copied = CopyBetweenTiers(m.from, m.old, to, *m.dst, from_disk || to_disk ? &sum : nullptr);
   CheckMovedBytes(m, sum);
   if (m.copied && to_disk) {
     m.checksum = sum;
     absl::MutexLock lock(&m.shard->mu);
-    m.meta = MetaOf(e);
+    m.meta = core_.MetaOf(e);
     m.meta.checksum = sum;
     m.meta.create_only = true;
   }
   return m;
 }
 
-void TierManager::Impl::PersistMoves(std::vector<PageMove>& moves) {
+void PageMover::PersistMoves(std::vector<PageMove> &moves) {
   std::vector<Slot> slots;
   std::vector<PageMeta> metas;
   Tier* target = nullptr;
   for (const PageMove& m : moves) {
-    if (!m.NeedsPersist() || !tiers[m.to]->tier->persistent()) continue;
-    target = tiers[m.to]->tier.get();
+    if (!m.NeedsPersist() || !core_.tiers[m.to]->tier->persistent()) continue;
+    target = core_.tiers[m.to]->tier.get();
     slots.push_back(*m.dst);
     metas.push_back(m.meta);
   }
@@ -193,7 +125,7 @@ void TierManager::Impl::PersistMoves(std::vector<PageMove>& moves) {
   if (ok) KVTIER_KILL_POINT("demote.after_persist");
   size_t i = 0;
   for (PageMove& m : moves) {
-    if (!m.NeedsPersist() || tiers[m.to]->tier.get() != target) continue;
+    if (!m.NeedsPersist() || core_.tiers[m.to]->tier.get() != target) continue;
     // Not written: the batch failed, or a newer PUT of the key owns its
     // record (this page was deleted meanwhile). A copy that is not durable
     // is no copy.
@@ -202,9 +134,9 @@ void TierManager::Impl::PersistMoves(std::vector<PageMove>& moves) {
   }
 }
 
-bool TierManager::Impl::MoveStillValidLocked(const PageMove& m) const {
+bool PageMover::MoveStillValidLocked(const PageMove &m) const {
   const PageEntry* e = m.e;
-  const bool to_disk = tiers[m.to]->tier->persistent();
+  const bool to_disk = core_.tiers[m.to]->tier->persistent();
   if (!m.copied || e->detached() || e->tier != m.from) return false;
   if (to_disk && !m.persisted && !m.reuses_backup) return false;
   // Cleaning leaves the page where it is; it only needs the page still dirty.
@@ -215,7 +147,7 @@ bool TierManager::Impl::MoveStillValidLocked(const PageMove& m) const {
   return e->pins - others == 1;
 }
 
-bool TierManager::Impl::FinishMove(PageMove& m) {
+bool PageMover::FinishMove(PageMove &m) {
   // Tests stop here to race a DELETE, a reader or a PUT against the switch.
   KVTIER_SYNC_POINT_CALLBACK("move.before_switch", const_cast<PageKey*>(&m.e->key));
   m.shard->mu.Lock();
@@ -232,53 +164,55 @@ bool TierManager::Impl::FinishMove(PageMove& m) {
       CommitCleanAndUnlock(m);
       break;
   }
-  KickEvictorIfHigh(m.to);
+  slots_.room().KickEvictorIfHigh(m.to);
   return true;
 }
 
-void TierManager::Impl::CommitDemotionAndUnlock(PageMove& m) {
+void PageMover::CommitDemotionAndUnlock(PageMove &m) {
   PageEntry* e = m.e;
   const NamespaceId ns = e->ns;
-  UnpinLocked(e);  // the mover's pin; no reader holds another (checked)
+  core_.UnpinLocked(e);  // the mover's pin; no reader holds another (checked)
   // Onto its own durable copy the page is no longer "clean in RAM": the
   // copy became the page.
-  SwitchTierLocked(*m.shard, e, m.to, *m.dst, /*keep_backup=*/!m.reuses_backup);
+  core_.SwitchTierLocked(*m.shard, e, m.to, *m.dst,
+                         /*keep_backup=*/!m.reuses_backup);
   if (m.checksum != 0) e->checksum = m.checksum;
   m.shard->mu.Unlock();
-  ReleaseSlot(m.from, ns, m.old, PageMeta{});  // a RAM slot: no record to delete
-  TierState& from = *tiers[m.from];
+  slots_.ReleaseSlot(m.from, ns, m.old, PageMeta{});  // a RAM slot: no record to delete
+  TierState &from = *core_.tiers[m.from];
   from.evictions.fetch_add(1, std::memory_order_relaxed);
   from.demotions.fetch_add(1, std::memory_order_relaxed);
 }
 
-void TierManager::Impl::CommitPromotionAndUnlock(PageMove& m) {
+void PageMover::CommitPromotionAndUnlock(PageMove &m) {
   PageEntry* e = m.e;
   const NamespaceId ns = e->ns;
   // Inclusive NVMe: a page promoted from the backup tier keeps its copy
   // there, clean, so it survives a restart and its next demotion writes
   // nothing. The caller's pin moves with the page.
-  const bool keep_source = IsBackupTier(m.from);
-  SwitchTierLocked(*m.shard, e, m.to, *m.dst, /*keep_backup=*/true);
-  if (keep_source) SetBackupLocked(*m.shard, e, m.old);
+  const bool keep_source = core_.IsBackupTier(m.from);
+  core_.SwitchTierLocked(*m.shard, e, m.to, *m.dst, /*keep_backup=*/true);
+  if (keep_source) core_.SetBackupLocked(*m.shard, e, m.old);
   m.shard->mu.Unlock();
-  if (!keep_source) ReleaseSlot(m.from, ns, m.old, PageMeta{});
-  tiers[m.to]->promotions.fetch_add(1, std::memory_order_relaxed);
+  if (!keep_source) slots_.ReleaseSlot(m.from, ns, m.old, PageMeta{});
+  core_.tiers[m.to]->promotions.fetch_add(1, std::memory_order_relaxed);
 }
 
-void TierManager::Impl::CommitCleanAndUnlock(PageMove& m) {
+void PageMover::CommitCleanAndUnlock(PageMove &m) {
   PageEntry* e = m.e;
-  SetBackupLocked(*m.shard, e, *m.dst);  // the page stays; the copy is its backup
+  core_.SetBackupLocked(*m.shard, e,
+                        *m.dst);  // the page stays; the copy is its backup
   e->checksum = m.checksum;
-  UnpinLocked(e);
+  core_.UnpinLocked(e);
   m.shard->mu.Unlock();
-  tiers[m.from]->cleaned.fetch_add(1, std::memory_order_relaxed);
+  core_.tiers[m.from]->cleaned.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool TierManager::Impl::UndoMoveAndUnlock(PageMove& m) {
+bool PageMover::UndoMoveAndUnlock(PageMove &m) {
   PageEntry* e = m.e;
   const NamespaceId ns = e->ns;
   // A promotion's pin is the caller's; demotion and cleaning drop their own.
-  const bool free_entry = m.kind != MoveKind::kPromote && UnpinLocked(e);
+  const bool free_entry = m.kind != MoveKind::kPromote && core_.UnpinLocked(e);
   const bool give_up_page = m.kind == MoveKind::kDemote && !m.detached && e->pins == 0 &&
                             m.mode == EvictMode::kMayWrite;
   if (give_up_page) {
@@ -288,19 +222,34 @@ bool TierManager::Impl::UndoMoveAndUnlock(PageMove& m) {
     DropAndUnlock(*m.shard, e, m.from);
   } else {
     m.shard->mu.Unlock();
-    if (free_entry) FreeEntry(e);
+    if (free_entry) slots_.FreeEntry(e);
   }
   // The target slot goes back (with its record, if one was written); a
   // reused backup stays the page's.
   if (m.dst.ok() && !m.reuses_backup) {
     if (m.persisted) {
-      ReleaseSlot(m.to, ns, *m.dst, m.meta);
+      slots_.ReleaseSlot(m.to, ns, *m.dst, m.meta);
     } else {
-      FreeSlot(m.to, ns, *m.dst);
+      slots_.FreeSlot(m.to, ns, *m.dst);
     }
   }
   // A demoted page that was deleted meanwhile has left the tier anyway.
   return m.kind == MoveKind::kDemote && (m.detached || give_up_page);
+}
+
+size_t PageMover::DropAndUnlock(IndexShard &shard, PageEntry *e, size_t t) {
+  shard.RememberEvictedLocked(e);
+  core_.DetachEntryLocked(shard, e);
+  const bool free_now = e->pins == 0;
+  const bool counted = e->flags & PageEntry::kCountedInParent;
+  const NamespaceId ns = e->ns;
+  const PageKey parent = e->parent;
+  shard.mu.Unlock();
+  core_.tiers[t]->evictions.fetch_add(1, std::memory_order_relaxed);
+  core_.tiers[t]->dropped.fetch_add(1, std::memory_order_relaxed);
+  if (counted) core_.DetachFromParent(ns, parent);
+  if (free_now) slots_.FreeEntry(e);
+  return 1;
 }
 
 }  // namespace kvtier::tiers

@@ -2,7 +2,7 @@
 // ReadPage makes one pinned page readable from host memory; ReadPages does
 // it for a GET range at once, with every read below RAM in flight together
 // (the device sees the range's depth, not 1), each page handed over as its
-// read completes. Both keep one set of rules (pieces of Impl): promotion on
+// read completes. Both keep one set of rules (the mover's and the read checks'): promotion on
 // GET, verification, dropping corrupt pages, the demand-read hook.
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -15,7 +15,10 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "tiers/store/internal/page_move.h"
 #include "tiers/store/internal/read_buffers.h"
+#include "tiers/store/internal/read_checks.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/internal/store_impl.h"
 #include "tiers/store/tier_manager.h"
 
@@ -37,8 +40,12 @@ class PageReadBatch {
  public:
   PageReadBatch(TierManager& mgr, absl::Span<PagePin> pins, const ReadOptions& options,
                 PageReadFn on_page)
-      : mgr_(mgr), m_(*mgr.impl_), pins_(pins), options_(options), on_page_(on_page),
-        promote_to_(m_.PromoteTarget(options)) {}
+      : mgr_(mgr),
+        m_(*mgr.impl_),
+        pins_(pins),
+        options_(options),
+        on_page_(on_page),
+        promote_to_(m_.core.PromoteTarget(options)) {}
 
   void Run();
 
@@ -47,7 +54,7 @@ class PageReadBatch {
   // One page below host memory: its promotion (move set) or bounce read.
   struct Read {
     size_t i = 0;  // index into pins_
-    std::optional<Impl::PageMove> move;
+    std::optional<PageMove> move;
     Bounce bounce;
     PromoteOutcome not_promoted = PromoteOutcome::kFailed;  // why StartPromotion said no
   };
@@ -105,7 +112,7 @@ void PageReadBatch::Run() {
 size_t PageReadBatch::Window() const {
   uint64_t depth = 1, room = kReadAlign;
   for (const Read& r : reads_) {
-    depth = std::max<uint64_t>(depth, m_.tiers[Entry(r)->tier]->tier->queue_depth());
+    depth = std::max<uint64_t>(depth, m_.core.tiers[Entry(r)->tier]->tier->queue_depth());
     room = std::max(room, RoundUp(Entry(r)->slot.bytes));
   }
   const uint64_t by_bytes = std::max<uint64_t>(1, options_.max_bounce_bytes / room);
@@ -115,7 +122,8 @@ size_t PageReadBatch::Window() const {
 void PageReadBatch::Start(size_t r) {
   if (promote_to_ && StartPromotion(r)) return;
   // Already found corrupt (by a promotion attempt): no second read.
-  if (absl::Status st = m_.KnownCorrupt(Entry(reads_[r])); !st.ok()) return Hand(reads_[r].i, st);
+  if (absl::Status st = m_.checks->KnownCorrupt(Entry(reads_[r])); !st.ok())
+    return Hand(reads_[r].i, st);
   if (options_.promote_only) return Hand(reads_[r].i, NotPromoted(reads_[r].not_promoted));
   StartBounce(r);
 }
@@ -134,11 +142,11 @@ absl::Status PageReadBatch::NotPromoted(PromoteOutcome why) {
 bool PageReadBatch::StartPromotion(size_t r) {
   Read& rd = reads_[r];
   PageEntry* e = Entry(rd);
-  if (std::optional<PromoteOutcome> no = m_.CheckPromotable(e, *promote_to_)) {
+  if (std::optional<PromoteOutcome> no = m_.mover->CheckPromotable(e, *promote_to_)) {
     rd.not_promoted = *no;
     return false;
   }
-  Tier& target = *m_.tiers[*promote_to_]->tier;
+  Tier& target = *m_.core.tiers[*promote_to_]->tier;
   if (target.Region().first == nullptr) {
     // A target that is not host memory (an HBM prefetch target): the
     // synchronous move, as ReadPage does it.
@@ -149,14 +157,14 @@ bool PageReadBatch::StartPromotion(size_t r) {
     return true;
   }
   rd.move.emplace(
-      m_.PrepareMove(e, *promote_to_, Impl::MoveKind::kPromote, options_.promote_evict));
+      m_.mover->PrepareMove(e, *promote_to_, MoveKind::kPromote, options_.promote_evict));
   if (!rd.move->dst.ok()) {
     rd.move.reset();
     rd.not_promoted = PromoteOutcome::kNoRoom;
     return false;
   }
   uint8_t* dst = target.Address(*rd.move->dst);
-  m_.tiers[rd.move->from]->tier->ReadAsync(rd.move->old, dst, rd.move->dst->bytes, Done(r));
+  m_.core.tiers[rd.move->from]->tier->ReadAsync(rd.move->old, dst, rd.move->dst->bytes, Done(r));
   return true;
 }
 
@@ -166,7 +174,7 @@ void PageReadBatch::StartBounce(size_t r) {
   rd.bounce = TakeBounce(RoundUp(e->slot.bytes));
   if (rd.bounce.bytes == nullptr)
     return Hand(rd.i, absl::ResourceExhaustedError("no memory for a bounce buffer"));
-  m_.tiers[e->tier]->tier->ReadAsync(e->slot, rd.bounce.bytes.get(), rd.bounce.room, Done(r));
+  m_.core.tiers[e->tier]->tier->ReadAsync(e->slot, rd.bounce.bytes.get(), rd.bounce.room, Done(r));
 }
 
 void PageReadBatch::Complete(size_t r, absl::Status st) {
@@ -174,7 +182,7 @@ void PageReadBatch::Complete(size_t r, absl::Status st) {
   if (rd.move.has_value()) return CompletePromotion(r, std::move(st));
   PageEntry* e = Entry(rd);
   const uint8_t* bytes = rd.bounce.bytes.get();
-  if (st.ok()) st = m_.VerifyRead(e, e->tier, bytes);
+  if (st.ok()) st = m_.checks->VerifyRead(e, e->tier, bytes);
   if (st.ok()) {
     Hand(rd.i, bytes);
   } else {
@@ -185,20 +193,21 @@ void PageReadBatch::Complete(size_t r, absl::Status st) {
 
 void PageReadBatch::CompletePromotion(size_t r, absl::Status st) {
   Read& rd = reads_[r];
-  Impl::PageMove& move = *rd.move;
+  PageMove& move = *rd.move;
   move.copied = st.ok();
   if (move.copied) {
-    m_.CountIn(move.to, move.old.bytes);  // read straight into the slot
-    const uint8_t* dst = m_.tiers[move.to]->tier->Address(*move.dst);
-    m_.CheckMovedBytes(move, XXH3_64bits(dst, move.old.bytes));
+    m_.core.CountIn(move.to, move.old.bytes);  // read straight into the slot
+    const uint8_t* dst = m_.core.tiers[move.to]->tier->Address(*move.dst);
+    m_.mover->CheckMovedBytes(move, XXH3_64bits(dst, move.old.bytes));
   }
-  const PromoteOutcome outcome = m_.FinishPromotion(move);
+  const PromoteOutcome outcome = m_.mover->FinishPromotion(move);
   rd.move.reset();
   if (outcome == PromoteOutcome::kPromoted && pins_[rd.i].data() != nullptr)
     return Hand(rd.i, pins_[rd.i].data());
   // As ReadPage after a promotion that did not happen (busy, deleted, read
   // error): a bounce read. A page found corrupt is a miss without one.
-  if (absl::Status known = m_.KnownCorrupt(Entry(rd)); !known.ok()) return Hand(rd.i, known);
+  if (absl::Status known = m_.checks->KnownCorrupt(Entry(rd)); !known.ok())
+    return Hand(rd.i, known);
   if (options_.promote_only) return Hand(rd.i, st.ok() ? NotPromoted(outcome) : st);
   StartBounce(r);
 }
@@ -209,7 +218,7 @@ void PageReadBatch::Hand(size_t i, absl::StatusOr<const uint8_t*> bytes) {
   // all of it); bounce bytes were counted by the read that filled them. A
   // promotion alone hands nothing over.
   if (bytes.ok() && !options_.promote_only && *bytes == pins_[i].data())
-    m_.CountOut(pins_[i].entry_->tier, pins_[i].bytes());
+    m_.core.CountOut(pins_[i].entry_->tier, pins_[i].bytes());
   on_page_(i, std::move(bytes));
 }
 
@@ -222,14 +231,15 @@ absl::StatusOr<const uint8_t*> TierManager::ReadPage(PagePin& pin, std::vector<u
                                                      const ReadOptions& options) {
   if (!pin.valid()) return absl::FailedPreconditionError("ReadPage on an empty PagePin");
   if (const uint8_t* p = pin.data()) {
-    impl_->CountOut(pin.entry_->tier, pin.bytes());  // as PageReadBatch::Hand
+    impl_->core.CountOut(pin.entry_->tier,
+                         pin.bytes());  // as PageReadBatch::Hand
     return p;
   }
   DemandScope demand(options.demand);
-  const std::optional<size_t> to = impl_->PromoteTarget(options);
+  const std::optional<size_t> to = impl_->core.PromoteTarget(options);
   if (to && PromoteTo(pin, *to) == PromoteOutcome::kPromoted) {
     if (const uint8_t* p = pin.data()) {
-      impl_->CountOut(pin.entry_->tier, pin.bytes());
+      impl_->core.CountOut(pin.entry_->tier, pin.bytes());
       return p;
     }
   }
@@ -243,7 +253,8 @@ absl::StatusOr<const uint8_t*> TierManager::ReadPage(PagePin& pin, std::vector<u
 void TierManager::PromotePinned(absl::Span<PagePin> pins, size_t to, EvictMode mode,
                                 absl::FunctionRef<void(size_t, PromoteOutcome)> on_done) {
   Impl& m = *impl_;
-  const bool host_target = to < m.tiers.size() && m.tiers[to]->tier->Region().first != nullptr;
+  const bool host_target =
+      to < m.core.tiers.size() && m.core.tiers[to]->tier->Region().first != nullptr;
   std::vector<PagePin> below;  // read together; below_of[k]: its index in pins
   std::vector<size_t> below_of;
   for (size_t i = 0; i < pins.size(); ++i) {
@@ -281,8 +292,8 @@ void TierManager::PromotePinned(absl::Span<PagePin> pins, size_t to, EvictMode m
 }
 
 bool TierManager::Promote(PagePin& pin) {
-  if (pin.entry_ == nullptr || !impl_->config.promote_on_get) return false;
-  return PromoteTo(pin, impl_->promote_to) == PromoteOutcome::kPromoted;
+  if (pin.entry_ == nullptr || !impl_->core.config.promote_on_get) return false;
+  return PromoteTo(pin, impl_->core.promote_to) == PromoteOutcome::kPromoted;
 }
 
 }  // namespace kvtier::tiers

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-
 #include "absl/strings/str_cat.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/internal/store_impl.h"
 #include "tiers/store/tier_manager.h"
 
@@ -23,8 +23,8 @@ struct Adopted {
 
 absl::Status TierManager::RecoverPersistent() {
   Impl& m = *impl_;
-  for (size_t t = 0; t < m.tiers.size(); ++t) {
-    Tier& tier = *m.tiers[t]->tier;
+  for (size_t t = 0; t < m.core.tiers.size(); ++t) {
+    Tier& tier = *m.core.tiers[t]->tier;
     if (!tier.persistent()) continue;
     std::vector<Adopted> adopted;
     std::vector<std::string> names;  // meta.ns_name views point into the tier's record
@@ -40,23 +40,23 @@ absl::Status TierManager::RecoverPersistent() {
     std::sort(adopted.begin(), adopted.end(),
               [](const Adopted& a, const Adopted& b) { return a.meta.stamp < b.meta.stamp; });
     for (const Adopted& a : adopted) {
-      PageEntry* e = m.entries.New(a.meta.key, a.meta.parent);
+      PageEntry* e = m.core.entries.New(a.meta.key, a.meta.parent);
       e->slot = a.slot;
       e->checksum = a.meta.checksum;
       e->ns = a.ns;
       e->tier = static_cast<uint8_t>(t);
-      IndexShard& shard = m.index.ShardFor(a.ns, a.meta.key);
+      IndexShard& shard = m.core.index.ShardFor(a.ns, a.meta.key);
       absl::MutexLock lock(&shard.mu);
-      shard.InsertLocked(e, m.NextStamp());
-      m.tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
-      NamespaceState& ns = *m.Ns(a.ns);
+      shard.InsertLocked(e, m.core.NextStamp());
+      m.core.tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
+      NamespaceState& ns = *m.core.Ns(a.ns);
       ns.pages.fetch_add(1, std::memory_order_relaxed);
       ns.tier_bytes[t].fetch_add(a.slot.bytes, std::memory_order_relaxed);
     }
     // Parent links last, when every recovered parent is present.
     for (const Adopted& a : adopted) {
-      if (a.meta.parent.IsZero() || !m.AttachToParent(a.ns, a.meta.parent)) continue;
-      IndexShard& shard = m.index.ShardFor(a.ns, a.meta.key);
+      if (a.meta.parent.IsZero() || !m.core.AttachToParent(a.ns, a.meta.parent)) continue;
+      IndexShard& shard = m.core.index.ShardFor(a.ns, a.meta.key);
       absl::MutexLock lock(&shard.mu);
       if (PageEntry* e = shard.FindLocked(a.ns, a.meta.key)) e->flags |= PageEntry::kCountedInParent;
     }

@@ -8,26 +8,28 @@
 #include <vector>
 
 #include "kvtier/test_hooks.h"
+#include "tiers/store/internal/page_move.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/internal/store_impl.h"
 #include "tiers/store/tier_manager.h"
 
 namespace kvtier::tiers {
 
 std::optional<PagePin> TierManager::PinForPromotion(NamespaceId ns, const PageKey& key) {
-  if (impl_->Ns(ns) == nullptr) return std::nullopt;
-  IndexShard& shard = impl_->index.ShardFor(ns, key);
+  if (impl_->core.Ns(ns) == nullptr) return std::nullopt;
+  IndexShard& shard = impl_->core.index.ShardFor(ns, key);
   absl::MutexLock lock(&shard.mu);
   PageEntry* e = shard.FindLocked(ns, key);
   if (e == nullptr) return std::nullopt;
-  impl_->PinLocked(e);
+  impl_->core.PinLocked(e);
   // A page about to be read is hot: it must not be the next LRU victim.
-  shard.TouchLocked(e, impl_->NextStamp());
+  shard.TouchLocked(e, impl_->core.NextStamp());
   return PagePin(this, e);
 }
 
-std::optional<PromoteOutcome> TierManager::Impl::CheckPromotable(PageEntry* e, size_t to) {
-  if (to >= tiers.size()) return PromoteOutcome::kFailed;
-  IndexShard& shard = index.ShardFor(e->ns, e->key);
+std::optional<PromoteOutcome> PageMover::CheckPromotable(PageEntry* e, size_t to) {
+  if (to >= core_.tiers.size()) return PromoteOutcome::kFailed;
+  IndexShard& shard = core_.index.ShardFor(e->ns, e->key);
   absl::MutexLock lock(&shard.mu);
   if (e->detached()) return PromoteOutcome::kMissing;
   if (e->tier <= to) return PromoteOutcome::kAlreadyThere;
@@ -36,7 +38,7 @@ std::optional<PromoteOutcome> TierManager::Impl::CheckPromotable(PageEntry* e, s
   return std::nullopt;
 }
 
-PromoteOutcome TierManager::Impl::FinishPromotion(PageMove& move) {
+PromoteOutcome PageMover::FinishPromotion(PageMove& move) {
   // Tests stop here to race an eviction or a DELETE against the promotion
   // (the argument is the page's key).
   KVTIER_SYNC_POINT_CALLBACK("promote.after_read", const_cast<PageKey*>(&move.e->key));
@@ -50,12 +52,12 @@ PromoteOutcome TierManager::PromoteTo(PagePin& pin, size_t to, EvictMode mode) {
   Impl& m = *impl_;
   PageEntry* e = pin.entry_;
   if (e == nullptr) return PromoteOutcome::kMissing;
-  if (std::optional<PromoteOutcome> no = m.CheckPromotable(e, to)) return *no;
+  if (std::optional<PromoteOutcome> no = m.mover->CheckPromotable(e, to)) return *no;
   // A GET's promotion makes room only by dropping clean pages: it never
   // waits on a write-back. The prefetcher's threads may write one back.
-  Impl::PageMove move = m.BeginMove(e, to, Impl::MoveKind::kPromote, mode);
+  PageMove move = m.mover->BeginMove(e, to, MoveKind::kPromote, mode);
   if (!move.dst.ok()) return PromoteOutcome::kNoRoom;
-  return m.FinishPromotion(move);
+  return m.mover->FinishPromotion(move);
 }
 
 std::vector<PromoteResult> TierManager::PromoteBatch(NamespaceId ns,

@@ -12,6 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "kvtier/test_hooks.h"
+#include "tiers/store/internal/evictor.h"
+#include "tiers/store/internal/put_path.h"
+#include "tiers/store/internal/slot_accounts.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/internal/store_impl.h"
 #include "tiers/store/tier_manager.h"
 
@@ -41,13 +45,13 @@ void KeyInFlight::Resolve(bool stored) {
   for (Done& done : run) std::move(done)(stored);
 }
 
-TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageKey& key,
-                                                     std::shared_ptr<KeyInFlight>* other) {
-  IndexShard& shard = index.ShardFor(ns, key);
+PutPath::Claim PutPath::ClaimKey(NamespaceId ns, const PageKey& key,
+                                 std::shared_ptr<KeyInFlight>* other) {
+  IndexShard& shard = core_.index.ShardFor(ns, key);
   absl::MutexLock lock(&shard.mu);
   if (PageEntry* e = shard.FindLocked(ns, key)) {
     e->flags |= PageEntry::kReused;
-    shard.TouchLocked(e, NextStamp(), /*reused=*/true);
+    shard.TouchLocked(e, core_.NextStamp(), /*reused=*/true);
     return Claim::kPresent;
   }
   if (std::shared_ptr<KeyInFlight>* h = shard.InFlightLocked(ns, key)) {
@@ -59,8 +63,8 @@ TierManager::Impl::Claim TierManager::Impl::ClaimKey(NamespaceId ns, const PageK
   return Claim::kClaimed;
 }
 
-void TierManager::Impl::ReleaseClaim(NamespaceId ns, const PageKey& key) {
-  IndexShard& shard = index.ShardFor(ns, key);
+void PutPath::ReleaseClaim(NamespaceId ns, const PageKey& key) {
+  IndexShard& shard = core_.index.ShardFor(ns, key);
   std::shared_ptr<KeyInFlight> h;
   {
     absl::MutexLock lock(&shard.mu);
@@ -69,60 +73,54 @@ void TierManager::Impl::ReleaseClaim(NamespaceId ns, const PageKey& key) {
   if (h != nullptr) h->Resolve(/*stored=*/false);
 }
 
-absl::StatusOr<Slot> TierManager::Impl::ReserveIn(NamespaceId ns, size_t t, uint64_t bytes) {
+absl::StatusOr<Slot> PutPath::ReserveIn(NamespaceId ns, size_t t, uint64_t bytes) {
   // The request path never writes to disk: room is made by dropping clean
   // pages only, and a tier that has none asks the evictor to clean.
-  absl::StatusOr<Slot> slot = ChargeAndAllocate(ns, t, bytes, EvictMode::kCleanOnly);
+  absl::StatusOr<Slot> slot = slots_.ChargeAndAllocate(ns, t, bytes, EvictMode::kCleanOnly);
   if (!slot.ok()) {
-    if (Ns(ns)->quota[t] != 0) RequestClean(ns, t);
-    KickEvictor(t);
+    if (core_.Ns(ns)->quota[t] != 0) evictor_.RequestClean(ns, t);
+    evictor_.KickEvictor(t);
     return slot;
   }
-  KickEvictorIfHigh(t);
+  evictor_.KickEvictorIfHigh(t);
   return slot;
 }
 
-absl::StatusOr<std::optional<Slot>> TierManager::Impl::ReserveBackup(NamespaceId ns, size_t t,
-                                                                     uint64_t bytes) {
-  const size_t last = backup_tier;
-  if (!config.write_through || !HasBackupTier() || t >= last) return std::nullopt;
-  absl::StatusOr<Slot> slot = ChargeAndAllocate(ns, last, bytes, EvictMode::kCleanOnly);
+absl::StatusOr<std::optional<Slot>> PutPath::ReserveBackup(NamespaceId ns, size_t t,
+                                                           uint64_t bytes) {
+  const size_t last = core_.backup_tier;
+  if (!core_.config.write_through || !core_.HasBackupTier() || t >= last) return std::nullopt;
+  absl::StatusOr<Slot> slot = slots_.ChargeAndAllocate(ns, last, bytes, EvictMode::kCleanOnly);
   if (!slot.ok()) {
-    KickEvictor(last);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("write-through copy on ", std::string(TierName(tiers[last]->tier->kind())),
-                     ": ", slot.status().message()));
+    evictor_.KickEvictor(last);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "write-through copy on ", std::string(TierName(core_.tiers[last]->tier->kind())), ": ",
+        slot.status().message()));
   }
   return std::optional<Slot>(*slot);
 }
 
-void TierManager::Impl::FreeBackup(PageEntry* e) {
-  if (!e->clean()) return;
-  ReleaseSlot(backup_tier, e->ns, e->backup, MetaOf(e));
-  e->flags &= ~PageEntry::kHasBackup;
-}
-
-void TierManager::Impl::Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t,
-                               const Slot& slot, uint64_t checksum, const Slot* backup) {
-  PageEntry* e = entries.New(key, parent);
+void PutPath::Commit(NamespaceId ns, const PageKey& key, const PageKey& parent, size_t t,
+                     const Slot& slot, uint64_t checksum, const Slot* backup) {
+  PageEntry* e = core_.entries.New(key, parent);
   e->slot = slot;
   e->checksum = checksum;
   e->ns = ns;
   e->tier = static_cast<uint8_t>(t);
   // Count ourselves in the parent before becoming visible, so an evictor
   // never sees this page without its parent knowing it has a child.
-  if (!parent.IsZero() && AttachToParent(ns, parent)) e->flags |= PageEntry::kCountedInParent;
+  if (!parent.IsZero() && core_.AttachToParent(ns, parent)) e->flags |= PageEntry::kCountedInParent;
   KVTIER_SYNC_POINT_CALLBACK("reservation.before_publish", const_cast<PageKey*>(&key));
-  IndexShard& shard = index.ShardFor(ns, key);
+  IndexShard& shard = core_.index.ShardFor(ns, key);
   std::shared_ptr<KeyInFlight> h;
   {
     absl::MutexLock lock(&shard.mu);
     // The claim kept every other PUT of this key out since Reserve.
     h = shard.RemoveInFlightLocked(ns, key);
-    shard.InsertLocked(e, NextStamp());
-    if (backup != nullptr) SetBackupLocked(shard, e, *backup);
-    tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
-    NamespaceState& s = *Ns(ns);
+    shard.InsertLocked(e, core_.NextStamp());
+    if (backup != nullptr) core_.SetBackupLocked(shard, e, *backup);
+    core_.tiers[t]->pages.fetch_add(1, std::memory_order_relaxed);
+    NamespaceState& s = *core_.Ns(ns);
     s.pages.fetch_add(1, std::memory_order_relaxed);
     s.puts.fetch_add(1, std::memory_order_relaxed);
   }
@@ -132,40 +130,41 @@ void TierManager::Impl::Commit(NamespaceId ns, const PageKey& key, const PageKey
 
 absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey& key,
                                                    const PageKey& parent, uint64_t bytes) {
-  NamespaceState* state = impl_->Ns(ns);
+  NamespaceState* state = impl_->core.Ns(ns);
   if (state == nullptr) return absl::NotFoundError(absl::StrCat("unknown namespace id ", ns));
   if (bytes == 0 || bytes > MaxPageBytes()) {
     return absl::InvalidArgumentError(
         absl::StrCat("page of ", bytes, " bytes: pages must be 1 to ", MaxPageBytes(), " bytes"));
   }
   ReserveResult result;
-  switch (impl_->ClaimKey(ns, key, &result.in_flight)) {
-    case Impl::Claim::kPresent:
+  switch (impl_->puts->ClaimKey(ns, key, &result.in_flight)) {
+    case PutPath::Claim::kPresent:
       // Re-touch the parent so it stays newer than this child (leaf-first).
-      if (!parent.IsZero()) impl_->TouchKey(ns, parent);
+      if (!parent.IsZero()) impl_->core.TouchKey(ns, parent);
       [[fallthrough]];
-    case Impl::Claim::kInFlight:
+    case PutPath::Claim::kInFlight:
       // Another PUT of this key holds its claim: it stores the page, and
       // result.in_flight says when (or that it gave up). Two reservations
       // of one key never coexist.
       state->dedup_puts.fetch_add(1, std::memory_order_relaxed);
       result.outcome = PutOutcome::kDeduplicated;
       return result;
-    case Impl::Claim::kClaimed:
+    case PutPath::Claim::kClaimed:
       break;
   }
   std::string why;
-  for (size_t t = 0; t < impl_->tiers.size(); ++t) {
-    absl::StatusOr<Slot> slot = impl_->ReserveIn(ns, t, bytes);
-    absl::StatusOr<std::optional<Slot>> backup =
-        slot.ok() ? impl_->ReserveBackup(ns, t, bytes) : absl::StatusOr<std::optional<Slot>>();
+  for (size_t t = 0; t < impl_->core.tiers.size(); ++t) {
+    absl::StatusOr<Slot> slot = impl_->puts->ReserveIn(ns, t, bytes);
+    absl::StatusOr<std::optional<Slot>> backup = slot.ok()
+                                                     ? impl_->puts->ReserveBackup(ns, t, bytes)
+                                                     : absl::StatusOr<std::optional<Slot>>();
     if (slot.ok() && !backup.ok()) {
-      impl_->FreeSlot(t, ns, *slot);
+      impl_->slots->FreeSlot(t, ns, *slot);
       slot = backup.status();
     }
     if (!slot.ok()) {
       absl::StrAppend(&why, why.empty() ? "" : "; ",
-                      std::string(TierName(impl_->tiers[t]->tier->kind())), " tier ", t, ": ",
+                      std::string(TierName(impl_->core.tiers[t]->tier->kind())), " tier ", t, ": ",
                       slot.status().message());
       continue;
     }
@@ -174,7 +173,7 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
     r.ns_ = ns;
     r.key_ = key;
     r.parent_ = parent;
-    r.tier_ = impl_->tiers[t]->tier->kind();
+    r.tier_ = impl_->core.tiers[t]->tier->kind();
     r.tier_index_ = t;
     r.slot_ = *slot;
     r.bytes_ = bytes;
@@ -184,7 +183,7 @@ absl::StatusOr<ReserveResult> TierManager::Reserve(NamespaceId ns, const PageKey
     }
     return result;
   }
-  impl_->ReleaseClaim(ns, key);
+  impl_->puts->ReleaseClaim(ns, key);
   return absl::ResourceExhaustedError(absl::StrCat("namespace '", state->name,
                                                    "': no room for a page of ", bytes,
                                                    " bytes in any tier (", why, ")"));
@@ -214,19 +213,19 @@ Reservation::~Reservation() { Release(); }
 
 void Reservation::Release() {
   if (mgr_ == nullptr) return;
-  mgr_->impl_->ReleaseClaim(ns_, key_);
+  mgr_->impl_->puts->ReleaseClaim(ns_, key_);
   // No record points at these slots: CommitAll writes records only for
   // reservations it publishes.
   if (has_backup_) {
-    mgr_->impl_->FreeSlot(mgr_->impl_->backup_tier, ns_, backup_);
+    mgr_->impl_->slots->FreeSlot(mgr_->impl_->core.backup_tier, ns_, backup_);
     has_backup_ = false;
   }
-  mgr_->impl_->FreeSlot(tier_index_, ns_, slot_);
+  mgr_->impl_->slots->FreeSlot(tier_index_, ns_, slot_);
   mgr_ = nullptr;
 }
 
 uint8_t* Reservation::data() {
-  return mgr_ == nullptr ? nullptr : mgr_->impl_->tiers[tier_index_]->tier->Address(slot_);
+  return mgr_ == nullptr ? nullptr : mgr_->impl_->core.tiers[tier_index_]->tier->Address(slot_);
 }
 
 absl::Status Reservation::Fill(const void* src) { return FillImpl(src, /*publish=*/true); }
@@ -235,14 +234,14 @@ absl::Status Reservation::FillFetched(const void* src) { return FillImpl(src, /*
 
 absl::Status Reservation::FillImpl(const void* src, bool publish) {
   if (mgr_ == nullptr) return absl::FailedPreconditionError("Fill on an empty Reservation");
-  Tier& tier = *mgr_->impl_->tiers[tier_index_]->tier;
+  Tier& tier = *mgr_->impl_->core.tiers[tier_index_]->tier;
   // One copy. The checksum is only needed once the bytes leave this
   // process's memory (NVMe), so RAM tiers skip it here and the demotion to
   // NVMe computes it, off the request path.
   if (auto s = tier.Write(slot_, 0, src, bytes_); !s.ok()) return s;
   if (tier.persistent() || has_backup_) checksum_ = XXH3_64bits(src, bytes_);
   if (has_backup_) {
-    Tier& last = *mgr_->impl_->tiers[mgr_->impl_->backup_tier]->tier;
+    Tier& last = *mgr_->impl_->core.tiers[mgr_->impl_->core.backup_tier]->tier;
     if (auto s = last.Write(backup_, 0, src, bytes_); !s.ok()) return s;
   }
   if (publish) PublishShared(src);
@@ -257,20 +256,20 @@ absl::Status Reservation::FillImpl(const void* src, bool publish) {
 void Reservation::PublishShared(const void* bytes) const {
   if (!PublishesShared()) return;
   const TierManager::Impl& m = *mgr_->impl_;
-  if (const NamespaceState* state = m.Ns(ns_))
-    m.shared->Publish(state->name, key_, parent_, bytes, bytes_);
+  if (const NamespaceState* state = m.core.Ns(ns_))
+    m.core.shared->Publish(state->name, key_, parent_, bytes, bytes_);
 }
 
 bool Reservation::PublishesShared() const {
-  return mgr_ != nullptr && mgr_->impl_->shared != nullptr &&
-         mgr_->impl_->config.shared_write_through;
+  return mgr_ != nullptr && mgr_->impl_->core.shared != nullptr &&
+         mgr_->impl_->core.config.shared_write_through;
 }
 
 // A device slot (HBM) has no host address: a page that must be published
 // (or checksummed) is handed over on the host, through Fill.
 bool Reservation::NeedsHostBytes() const {
-  return mgr_ != nullptr && (mgr_->impl_->tiers[tier_index_]->tier->persistent() || has_backup_ ||
-                             PublishesShared());
+  return mgr_ != nullptr && (mgr_->impl_->core.tiers[tier_index_]->tier->persistent() ||
+                             has_backup_ || PublishesShared());
 }
 
 absl::Status Reservation::MarkFilled() {
@@ -278,14 +277,14 @@ absl::Status Reservation::MarkFilled() {
   if (NeedsHostBytes())
     return absl::FailedPreconditionError(
         "MarkFilled: this page needs a checksum or a write-through copy; use Fill");
-  mgr_->impl_->CountIn(tier_index_, bytes_);  // the caller's copy (or DMA) went past the tier
+  mgr_->impl_->core.CountIn(tier_index_, bytes_);  // the caller's copy (or DMA) went past the tier
   filled_ = true;
   return absl::OkStatus();
 }
 
 bool Reservation::FetchesInPlace() const {
   if (mgr_ == nullptr) return false;
-  Tier& tier = *mgr_->impl_->tiers[tier_index_]->tier;
+  Tier& tier = *mgr_->impl_->core.tiers[tier_index_]->tier;
   return !tier.persistent() && !has_backup_ && tier.Address(slot_) != nullptr;
 }
 
@@ -294,20 +293,21 @@ absl::Status Reservation::MarkFetched() {
     return absl::FailedPreconditionError(
         "MarkFetched: this page needs its bytes on the host (a checksum or a durable copy); "
         "use FillFetched");
-  mgr_->impl_->CountIn(tier_index_, bytes_);  // fetched straight into data()
+  mgr_->impl_->core.CountIn(tier_index_,
+                            bytes_);  // fetched straight into data()
   filled_ = true;
   return absl::OkStatus();
 }
 
 Tier* Reservation::DurableTier(Slot* slot) const {
-  const auto& tiers = mgr_->impl_->tiers;
+  const auto& tiers = mgr_->impl_->core.tiers;
   if (tiers[tier_index_]->tier->persistent()) {
     *slot = slot_;  // landed straight on NVMe (RAM was full)
     return tiers[tier_index_]->tier.get();
   }
   if (has_backup_) {
     *slot = backup_;  // write-through copy
-    return tiers[mgr_->impl_->backup_tier]->tier.get();
+    return tiers[mgr_->impl_->core.backup_tier]->tier.get();
   }
   return nullptr;
 }
@@ -324,7 +324,8 @@ CommitResult Reservation::CommitAll(std::vector<Reservation>& rs) {
   auto refuse = [&result](Reservation& r, absl::Status why) {
     ++result.not_stored;
     if (result.error.ok()) result.error = std::move(why);
-    if (r.mgr_ != nullptr) r.mgr_->impl_->tiers[r.tier_index_]->durability_failures.fetch_add(1);
+    if (r.mgr_ != nullptr)
+      r.mgr_->impl_->core.tiers[r.tier_index_]->durability_failures.fetch_add(1);
     r.Release();
   };
   // Every durable copy (pages on NVMe, write-through copies) is recorded
@@ -347,7 +348,8 @@ CommitResult Reservation::CommitAll(std::vector<Reservation>& rs) {
     }
     target = tier;
     slots.push_back(slot);
-    metas.push_back(PageMeta{r.mgr_->impl_->Ns(r.ns_)->name, r.key_, r.parent_, r.checksum_, 0});
+    metas.push_back(
+        PageMeta{r.mgr_->impl_->core.Ns(r.ns_)->name, r.key_, r.parent_, r.checksum_, 0});
   }
   absl::Status persisted = absl::OkStatus();
   if (!slots.empty()) {
@@ -377,14 +379,14 @@ CommitResult Reservation::CommitAll(std::vector<Reservation>& rs) {
   // ...then recency tail-first: a chain's ancestors end up more recent than
   // its descendants.
   for (size_t i = published.size(); i-- > 0;) {
-    mgr->impl_->TouchKey(published[i].first, published[i].second);
+    mgr->impl_->core.TouchKey(published[i].first, published[i].second);
   }
   return result;
 }
 
 void Reservation::Publish() {
-  mgr_->impl_->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_,
-                      has_backup_ ? &backup_ : nullptr);
+  mgr_->impl_->puts->Commit(ns_, key_, parent_, tier_index_, slot_, checksum_,
+                            has_backup_ ? &backup_ : nullptr);
   mgr_ = nullptr;  // the slot, backup, quota bytes and claim now belong to the entry
   has_backup_ = false;
 }

@@ -8,54 +8,55 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "tiers/store/internal/store_impl.h"
+#include "tiers/store/internal/read_checks.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/tier_manager.h"
 
 namespace kvtier::tiers {
 
-absl::Status TierManager::Impl::KnownCorrupt(PageEntry* e) {
-  if (!tiers[e->tier]->tier->persistent()) return absl::OkStatus();
-  IndexShard& shard = index.ShardFor(e->ns, e->key);
+absl::Status ReadChecks::KnownCorrupt(PageEntry *e) {
+  if (!core_.tiers[e->tier]->tier->persistent()) return absl::OkStatus();
+  IndexShard &shard = core_.index.ShardFor(e->ns, e->key);
   absl::MutexLock lock(&shard.mu);
   if (e->flags & PageEntry::kCorrupt)
     return absl::DataLossError(absl::StrCat("page ", e->key.ToHex(), " is corrupt"));
   return absl::OkStatus();
 }
 
-absl::Status TierManager::Impl::VerifySum(PageEntry* e, size_t t, uint64_t sum) {
+absl::Status ReadChecks::VerifySum(PageEntry *e, size_t t, uint64_t sum) {
   if (sum == e->checksum) return absl::OkStatus();
   return CorruptRead(e, t);
 }
 
-absl::Status TierManager::Impl::CorruptRead(PageEntry* e, size_t t) {
-  TierState& ts = *tiers[t];
+absl::Status ReadChecks::CorruptRead(PageEntry *e, size_t t) {
+  TierState &ts = *core_.tiers[t];
   ts.checksum_errors.fetch_add(1, std::memory_order_relaxed);
   DropCorrupt(e);
   return absl::DataLossError(absl::StrCat("page ", e->key.ToHex(), " failed its checksum on ",
                                           std::string(TierName(ts.tier->kind())), "; dropped"));
 }
 
-absl::Status TierManager::Impl::VerifyRead(PageEntry* e, size_t t, const void* bytes) {
+absl::Status ReadChecks::VerifyRead(PageEntry *e, size_t t, const void *bytes) {
   // Bytes that left this process's memory (NVMe) are checked against the
   // checksum taken when they were written: a mismatch is a miss, never
   // wrong bytes.
-  if (!tiers[t]->tier->persistent()) return absl::OkStatus();
+  if (!core_.tiers[t]->tier->persistent()) return absl::OkStatus();
   return VerifySum(e, t, XXH3_64bits(bytes, e->slot.bytes));
 }
 
-void TierManager::Impl::DropCorrupt(PageEntry* e) {
-  IndexShard& shard = index.ShardFor(e->ns, e->key);
+void ReadChecks::DropCorrupt(PageEntry *e) {
+  IndexShard &shard = core_.index.ShardFor(e->ns, e->key);
   bool counted;
   {
     absl::MutexLock lock(&shard.mu);
     e->flags |= PageEntry::kCorrupt;
     if (e->detached()) return;  // already gone; the last unpin frees it
-    DetachEntryLocked(shard, e);
+    core_.DetachEntryLocked(shard, e);
     counted = e->flags & PageEntry::kCountedInParent;
-    tiers[e->tier]->dropped.fetch_add(1, std::memory_order_relaxed);
+    core_.tiers[e->tier]->dropped.fetch_add(1, std::memory_order_relaxed);
   }
   // The caller's pin keeps e alive; its Unpin frees it (detached, last pin).
-  if (counted) DetachFromParent(e->ns, e->parent);
+  if (counted) core_.DetachFromParent(e->ns, e->parent);
 }
 
 }  // namespace kvtier::tiers

@@ -5,7 +5,8 @@
 // page they take until it has left the tier; a namespace's own evictions
 // (its quota, an operator's) are its choice and ignore its reserve.
 #include "absl/strings/str_cat.h"
-#include "tiers/store/internal/store_impl.h"
+#include "tiers/store/internal/slot_accounts.h"
+#include "tiers/store/internal/store_core.h"
 
 namespace kvtier::tiers {
 namespace {
@@ -16,12 +17,12 @@ std::string TierLabel(const Tier& tier, size_t t) {
 
 }  // namespace
 
-absl::Status TierManager::Impl::ValidateReserves(const NamespaceConfig& nc,
-                                                 const NamespaceState& ns) const {
-  for (size_t t = 0; t < tiers.size(); ++t) {
+absl::Status ValidateReserves(const StoreCore &core, const NamespaceConfig &nc,
+                              const NamespaceState &ns) {
+  for (size_t t = 0; t < core.tiers.size(); ++t) {
     const uint64_t want = ns.reserve[t];
     if (want == 0) continue;
-    const Tier& tier = *tiers[t]->tier;
+    const Tier &tier = *core.tiers[t]->tier;
     const uint64_t cap = tier.capacity_bytes();
     const std::string where = absl::StrCat("namespace '", nc.name, "': reserve of ", want,
                                            " bytes in ", TierLabel(tier, t));
@@ -35,19 +36,20 @@ absl::Status TierManager::Impl::ValidateReserves(const NamespaceConfig& nc,
     // The others must still be able to run: reserves may not add up to
     // (nearly) the whole tier.
     uint64_t total = want;
-    for (const auto& o : ns_owned) total += o->reserve[t];
-    const auto limit = static_cast<uint64_t>(static_cast<double>(cap) * config.max_reserved_fraction);
+    for (const auto &o : core.ns_owned) total += o->reserve[t];
+    const auto limit =
+        static_cast<uint64_t>(static_cast<double>(cap) * core.config.max_reserved_fraction);
     if (total > limit) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, " would bring the tier's reserves to ", total, " bytes, above ",
-          config.max_reserved_fraction * 100, "% of its capacity (", limit, " bytes)"));
+          core.config.max_reserved_fraction * 100, "% of its capacity (", limit, " bytes)"));
     }
   }
   return absl::OkStatus();
 }
 
-uint64_t TierManager::Impl::ReserveHeadroom(NamespaceId ns, size_t t) const {
-  const NamespaceState* s = Ns(ns);
+uint64_t SlotAccounts::ReserveHeadroom(NamespaceId ns, size_t t) const {
+  const NamespaceState *s = core_.Ns(ns);
   if (s == nullptr || s->reserve[t] == 0) return UINT64_MAX;
   // Claimed first: a claim is given back only after its bytes are uncharged,
   // so this order can only under-count the headroom (never go below).
@@ -57,8 +59,8 @@ uint64_t TierManager::Impl::ReserveHeadroom(NamespaceId ns, size_t t) const {
   return used > keep ? used - keep : 0;
 }
 
-bool TierManager::Impl::ClaimAboveReserve(NamespaceId ns, size_t t, uint64_t bytes) {
-  NamespaceState* s = Ns(ns);
+bool SlotAccounts::ClaimAboveReserve(NamespaceId ns, size_t t, uint64_t bytes) {
+  NamespaceState *s = core_.Ns(ns);
   if (s == nullptr || s->reserve[t] == 0) return true;  // nothing to keep, nothing claimed
   uint64_t claimed = s->evicting[t].load();
   do {
@@ -67,8 +69,8 @@ bool TierManager::Impl::ClaimAboveReserve(NamespaceId ns, size_t t, uint64_t byt
   return true;
 }
 
-void TierManager::Impl::ReleaseReserveClaim(NamespaceId ns, size_t t, uint64_t bytes) {
-  NamespaceState* s = Ns(ns);
+void SlotAccounts::ReleaseReserveClaim(NamespaceId ns, size_t t, uint64_t bytes) {
+  NamespaceState *s = core_.Ns(ns);
   if (s != nullptr && s->reserve[t] != 0) s->evicting[t].fetch_sub(bytes);
 }
 

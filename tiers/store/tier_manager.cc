@@ -1,12 +1,19 @@
-// TierManager: construction, namespaces, and the metadata paths (GET pin,
-// DELETE, STATS). LOOKUP is in lookup.cc, the PUT path in put_reservations.cc,
-// eviction and demotion in eviction.cc, pin and entry lifetime in page_pin.cc;
-// docs/ARCHITECTURE.md has the whole map.
+// TierManager: construction (the store's parts wired together: store_impl.h),
+// namespaces, and the metadata paths (GET pin, DELETE, STATS). LOOKUP is in
+// lookup.cc, the PUT path in put_reservations.cc, eviction and demotion in
+// eviction.cc, entry bookkeeping in store_core.cc; docs/ARCHITECTURE.md has
+// the whole map.
 #include "tiers/store/tier_manager.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "tiers/store/internal/evictor.h"
+#include "tiers/store/internal/page_move.h"
+#include "tiers/store/internal/put_path.h"
+#include "tiers/store/internal/read_checks.h"
+#include "tiers/store/internal/slot_accounts.h"
+#include "tiers/store/internal/store_core.h"
 #include "tiers/store/internal/store_impl.h"
 
 namespace kvtier::tiers {
@@ -61,50 +68,25 @@ absl::Status TierManagerConfig::Validate() const {
 }
 
 TierManager::Impl::Impl(const TierManagerConfig& c, std::vector<std::unique_ptr<Tier>> t)
-    : config(c), index(c.index_shards), ns_table(new std::atomic<NamespaceState*>[kMaxNamespaces]) {
-  for (NamespaceId i = 0; i < kMaxNamespaces; ++i) ns_table[i].store(nullptr);
-  for (auto& tier : t) {
-    auto s = std::make_unique<TierState>();
-    const double cap = static_cast<double>(tier->capacity_bytes());
-    s->high_bytes = static_cast<uint64_t>(cap * c.high_watermark);
-    s->low_bytes = static_cast<uint64_t>(cap * c.low_watermark);
-    s->clean_bytes = static_cast<uint64_t>(cap * c.clean_fraction);
-    s->clean_start_bytes = static_cast<uint64_t>(cap * (c.low_watermark - c.clean_fraction));
-    s->tier = std::move(tier);
-    tiers.push_back(std::move(s));
-  }
-  for (size_t i = 0; i < tiers.size(); ++i) {
-    auto p = c.eviction.find(tiers[i]->tier->kind());
-    index.SetPolicy(static_cast<uint8_t>(i),
-                    p == c.eviction.end() ? EvictionPolicy::kLru : p->second,
-                    tiers[i]->low_bytes);
-  }
-  for (size_t i = 0; i < tiers.size(); ++i) {
-    if (tiers[i]->tier->Region().first != nullptr) {
-      promote_to = i;
-      break;
-    }
-  }
-  backup_tier = tiers.size();
-  for (size_t i = 0; i < tiers.size(); ++i) {
-    const Tier& tier = *tiers[i]->tier;
-    if (tier.persistent()) {
-      backup_tier = i;
-      break;
-    }
-  }
+    : core(c, std::move(t)),
+      checks(std::make_unique<ReadChecks>(core)),
+      slots(std::make_unique<SlotAccounts>(core)),
+      mover(std::make_unique<PageMover>(core, *slots, *checks)),
+      evictor(std::make_unique<Evictor>(core, *slots, *mover, *checks)),
+      puts(std::make_unique<PutPath>(core, *slots, *evictor)) {
+  slots->SetRoomMaker(evictor.get());
 }
 
 TierManager::Impl::~Impl() {
-  StopEvictor();
-  DrainPendingUnpersist();
+  evictor->Stop();
+  slots->DrainPendingUnpersist();
   // Pins and reservations are gone by contract; what is left is indexed.
-  for (uint32_t i = 0; i < index.num_shards(); ++i) {
-    IndexShard& shard = index.shard(i);
+  for (uint32_t i = 0; i < core.index.num_shards(); ++i) {
+    IndexShard& shard = core.index.shard(i);
     absl::MutexLock lock(&shard.mu);
     for (PageEntry* e : shard.DrainLocked()) {
-      tiers[e->tier]->tier->Free(e->slot);
-      entries.Delete(e);
+      core.tiers[e->tier]->tier->Free(e->slot);
+      core.entries.Delete(e);
     }
   }
 }
@@ -130,30 +112,30 @@ absl::StatusOr<std::unique_ptr<TierManager>> TierManager::Create(
     }
   }
   auto impl = std::make_unique<Impl>(config, std::move(tiers));
-  impl->shared = shared;  // before the evictor, which publishes to it
-  if (config.start_evictor_thread) impl->StartEvictor();
+  impl->core.shared = shared;  // before the evictor, which publishes to it
+  if (config.start_evictor_thread) impl->evictor->Start();
   return std::unique_ptr<TierManager>(new TierManager(std::move(impl)));
 }
 
 TierManager::TierManager(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TierManager::~TierManager() = default;
 
-const TierManagerConfig& TierManager::config() const { return impl_->config; }
+const TierManagerConfig& TierManager::config() const { return impl_->core.config; }
 
 absl::StatusOr<NamespaceId> TierManager::AddNamespace(const NamespaceConfig& config) {
   if (config.name.empty()) return absl::InvalidArgumentError("namespace name is empty");
-  absl::MutexLock lock(&impl_->ns_mu);
-  if (auto it = impl_->ns_by_name.find(config.name); it != impl_->ns_by_name.end()) {
+  absl::MutexLock lock(&impl_->core.ns_mu);
+  if (auto it = impl_->core.ns_by_name.find(config.name); it != impl_->core.ns_by_name.end()) {
     return it->second;
   }
-  const NamespaceId id = static_cast<NamespaceId>(impl_->ns_owned.size() + 1);  // 0 = none
-  if (id >= Impl::kMaxNamespaces) {
+  const NamespaceId id = static_cast<NamespaceId>(impl_->core.ns_owned.size() + 1);  // 0 = none
+  if (id >= StoreCore::kMaxNamespaces) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("too many namespaces (max ", Impl::kMaxNamespaces - 1, ")"));
+        absl::StrCat("too many namespaces (max ", StoreCore::kMaxNamespaces - 1, ")"));
   }
-  auto ns = std::make_unique<NamespaceState>(config.name, impl_->tiers.size());
-  for (size_t t = 0; t < impl_->tiers.size(); ++t) {
-    const TierKind kind = impl_->tiers[t]->tier->kind();
+  auto ns = std::make_unique<NamespaceState>(config.name, impl_->core.tiers.size());
+  for (size_t t = 0; t < impl_->core.tiers.size(); ++t) {
+    const TierKind kind = impl_->core.tiers[t]->tier->kind();
     if (auto q = config.quota_bytes.find(kind); q != config.quota_bytes.end()) {
       ns->quota[t] = q->second;
     }
@@ -161,60 +143,60 @@ absl::StatusOr<NamespaceId> TierManager::AddNamespace(const NamespaceConfig& con
       ns->reserve[t] = r->second;
     }
   }
-  if (auto s = impl_->ValidateReserves(config, *ns); !s.ok()) return s;
+  if (auto s = ValidateReserves(impl_->core, config, *ns); !s.ok()) return s;
   // Before the namespace is visible, so it has reserves before it has pages
   // (and its pages there are indexed outside the tier list: page_index.h).
-  for (size_t t = 0; t < impl_->tiers.size(); ++t) {
+  for (size_t t = 0; t < impl_->core.tiers.size(); ++t) {
     if (ns->reserve[t] == 0) continue;
-    impl_->index.MarkReserved(static_cast<uint8_t>(t), id);
-    impl_->tiers[t]->has_reserves.store(true);
+    impl_->core.index.MarkReserved(static_cast<uint8_t>(t), id);
+    impl_->core.tiers[t]->has_reserves.store(true);
   }
-  impl_->ns_table[id].store(ns.get(), std::memory_order_release);
-  impl_->ns_owned.push_back(std::move(ns));
-  impl_->ns_by_name[config.name] = id;
+  impl_->core.ns_table[id].store(ns.get(), std::memory_order_release);
+  impl_->core.ns_owned.push_back(std::move(ns));
+  impl_->core.ns_by_name[config.name] = id;
   return id;
 }
 
 absl::StatusOr<NamespaceId> TierManager::FindNamespace(std::string_view name) const {
-  absl::MutexLock lock(&impl_->ns_mu);
-  auto it = impl_->ns_by_name.find(std::string(name));
-  if (it == impl_->ns_by_name.end()) {
+  absl::MutexLock lock(&impl_->core.ns_mu);
+  auto it = impl_->core.ns_by_name.find(std::string(name));
+  if (it == impl_->core.ns_by_name.end()) {
     return absl::NotFoundError(absl::StrCat("no namespace '", std::string(name), "'"));
   }
   return it->second;
 }
 
 std::optional<PagePin> TierManager::PinForRead(NamespaceId ns, const PageKey& key) {
-  NamespaceState* state = impl_->Ns(ns);
+  NamespaceState* state = impl_->core.Ns(ns);
   if (state == nullptr) return std::nullopt;
-  IndexShard& shard = impl_->index.ShardFor(ns, key);
+  IndexShard& shard = impl_->core.index.ShardFor(ns, key);
   PageEntry* e = nullptr;
   size_t found_tier = 0;
   {
     absl::MutexLock lock(&shard.mu);
     e = shard.FindLocked(ns, key);
     if (e != nullptr) {
-      impl_->PinLocked(e);
+      impl_->core.PinLocked(e);
       e->flags |= PageEntry::kReused;
-      shard.TouchLocked(e, impl_->NextStamp(), /*reused=*/true);
+      shard.TouchLocked(e, impl_->core.NextStamp(), /*reused=*/true);
       found_tier = e->tier;
     }
   }
   // Every tier above the one that served it (all of them on a miss) missed.
-  const size_t missed = e == nullptr ? impl_->tiers.size() : found_tier;
-  for (size_t t = 0; t < missed; ++t) impl_->tiers[t]->misses.fetch_add(1);
+  const size_t missed = e == nullptr ? impl_->core.tiers.size() : found_tier;
+  for (size_t t = 0; t < missed; ++t) impl_->core.tiers[t]->misses.fetch_add(1);
   if (e == nullptr) {
     state->get_misses.fetch_add(1, std::memory_order_relaxed);
     return std::nullopt;
   }
-  impl_->tiers[found_tier]->hits.fetch_add(1, std::memory_order_relaxed);
+  impl_->core.tiers[found_tier]->hits.fetch_add(1, std::memory_order_relaxed);
   state->get_hits.fetch_add(1, std::memory_order_relaxed);
   return PagePin(this, e);
 }
 
 bool TierManager::Delete(NamespaceId ns, const PageKey& key) {
-  if (impl_->Ns(ns) == nullptr) return false;
-  IndexShard& shard = impl_->index.ShardFor(ns, key);
+  if (impl_->core.Ns(ns) == nullptr) return false;
+  IndexShard& shard = impl_->core.index.ShardFor(ns, key);
   PageEntry* e;
   bool free_now, counted;
   PageKey parent;
@@ -222,27 +204,28 @@ bool TierManager::Delete(NamespaceId ns, const PageKey& key) {
     absl::MutexLock lock(&shard.mu);
     e = shard.FindLocked(ns, key);
     if (e == nullptr) return false;
-    impl_->DetachEntryLocked(shard, e);
+    impl_->core.DetachEntryLocked(shard, e);
     free_now = e->pins == 0;
     // Once unlocked, a pinned entry may be freed by its last unpin.
     counted = e->flags & PageEntry::kCountedInParent;
     parent = e->parent;
   }
-  if (counted) impl_->DetachFromParent(ns, parent);
-  if (free_now) impl_->FreeEntry(e);
+  if (counted) impl_->core.DetachFromParent(ns, parent);
+  if (free_now) impl_->slots->FreeEntry(e);
   return true;
 }
 
 size_t TierManager::EvictTo(size_t tier_index, uint64_t target_bytes) {
-  if (tier_index >= impl_->tiers.size()) return 0;
-  return impl_->EvictTo(tier_index, target_bytes);
+  if (tier_index >= impl_->core.tiers.size()) return 0;
+  return impl_->evictor->EvictTo(tier_index, target_bytes);
 }
 
 size_t TierManager::Clean(size_t tier_index) {
-  if (tier_index >= impl_->tiers.size()) return 0;
+  if (tier_index >= impl_->core.tiers.size()) return 0;
   size_t total = 0;
   for (;;) {
-    const size_t n = impl_->CleanTier(tier_index, 0, impl_->tiers[tier_index]->clean_bytes);
+    const size_t n =
+        impl_->evictor->CleanTier(tier_index, 0, impl_->core.tiers[tier_index]->clean_bytes);
     total += n;
     if (n == 0) return total;
   }
@@ -250,7 +233,7 @@ size_t TierManager::Clean(size_t tier_index) {
 
 uint64_t TierManager::MaxPageBytes() const {
   uint64_t best = 0;
-  for (const auto& t : impl_->tiers) {
+  for (const auto& t : impl_->core.tiers) {
     best = std::max(best, std::min<uint64_t>(t->tier->max_slot_bytes(), UINT32_MAX));
   }
   return best;
@@ -258,14 +241,15 @@ uint64_t TierManager::MaxPageBytes() const {
 
 StoreSnapshot TierManager::Snapshot() const {
   StoreSnapshot snap;
-  for (size_t i = 0; i < impl_->tiers.size(); ++i) {
-    const auto& t = impl_->tiers[i];
+  for (size_t i = 0; i < impl_->core.tiers.size(); ++i) {
+    const auto& t = impl_->core.tiers[i];
     TierSnapshot ts;
-    auto policy = impl_->config.eviction.find(t->tier->kind());
-    ts.eviction = policy == impl_->config.eviction.end() ? EvictionPolicy::kLru : policy->second;
+    auto policy = impl_->core.config.eviction.find(t->tier->kind());
+    ts.eviction =
+        policy == impl_->core.config.eviction.end() ? EvictionPolicy::kLru : policy->second;
     if (ts.eviction != EvictionPolicy::kLru) {
-      for (uint32_t s = 0; s < impl_->index.num_shards(); ++s) {
-        IndexShard& shard = impl_->index.shard(s);
+      for (uint32_t s = 0; s < impl_->core.index.num_shards(); ++s) {
+        IndexShard& shard = impl_->core.index.shard(s);
         absl::MutexLock lock(&shard.mu);
         ts.protected_pages += shard.ProtectedLocked(static_cast<uint8_t>(i));
         ts.ghost_entries += shard.GhostLocked(static_cast<uint8_t>(i));
@@ -297,10 +281,10 @@ StoreSnapshot TierManager::Snapshot() const {
     snap.index_pages += ts.pages;
     snap.tiers.push_back(std::move(ts));
   }
-  absl::MutexLock lock(&impl_->ns_mu);
-  for (size_t i = 0; i < impl_->ns_owned.size(); ++i) {
-    snap.namespaces.push_back(
-        SnapshotNamespace(static_cast<NamespaceId>(i + 1), *impl_->ns_owned[i], impl_->tiers));
+  absl::MutexLock lock(&impl_->core.ns_mu);
+  for (size_t i = 0; i < impl_->core.ns_owned.size(); ++i) {
+    snap.namespaces.push_back(SnapshotNamespace(static_cast<NamespaceId>(i + 1),
+                                                *impl_->core.ns_owned[i], impl_->core.tiers));
   }
   return snap;
 }

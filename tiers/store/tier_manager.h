@@ -104,6 +104,7 @@ struct NamespaceConfig {
 class TierManager;
 class PageReadBatch;  // ReadPages' state, private to page_reads.cc
 class LayerReadBatch;  // ReadLayers' state, private to layer_reads.cc
+class PutPath;         // the store's side of a PUT, internal/put_path.h
 struct PageEntry;  // index entry (page_index.h), private to tiers/
 
 // What Reservation::CommitAll did.
@@ -249,7 +250,7 @@ class KeyInFlight {
   void OnResolved(Done done) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  friend class TierManager;
+  friend class PutPath;  // internal/put_path.h: commits and releases claims
   void Resolve(bool stored) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Mutex mu_;
   bool resolved_ ABSL_GUARDED_BY(mu_) = false;

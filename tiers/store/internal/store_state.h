@@ -1,6 +1,6 @@
 // The store's per-namespace and per-tier state: byte charges, quotas and
 // reserves, and the counters STATS reports, all atomics read without a lock.
-// Internal to tiers/store/ (store_impl.h owns the tables of them).
+// Internal to tiers/store/ (StoreCore, store_core.h, owns the tables of them).
 #pragma once
 
 #include <atomic>
