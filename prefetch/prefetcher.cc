@@ -184,6 +184,8 @@ void Prefetcher::WhenReady(tiers::NamespaceId ns, absl::Span<const PageKey> keys
       if (auto run = running_.find(id); run != running_.end()) {
         if (!run->second.demanded && run->second.is_prefetch) ++c_.demand_waited;
         run->second.demanded = run->second.is_prefetch;
+        // Its read may be queued behind the prefetch share: demand now.
+        run->second.urgent->store(true, std::memory_order_release);
         run->second.waiters.push_back(w);
         ++w->remaining;
       } else if (const Job* job = queue_.Find(id)) {
@@ -308,6 +310,17 @@ void Prefetcher::RunBatch(std::vector<Job>& batch) {
       pins.push_back(pin ? *std::move(pin) : tiers::PagePin());
     }
     if (jobs.empty()) continue;
+    // A GET may join a promotion while its read waits in the device queue
+    // as prefetch: each read carries its job's token, and the queue serves
+    // it as demand once the GET has set it (WhenReady).
+    std::vector<tiers::IoUrgency> urgency;
+    if (!wanted) {
+      absl::MutexLock lock(&mu_);
+      for (size_t j : jobs) {
+        auto run = running_.find(IdOf(batch[j]));
+        urgency.push_back(run == running_.end() ? nullptr : run->second.urgent);
+      }
+    }
     tiers::IoClassScope io_class(wanted ? tiers::IoClass::kDemand : tiers::IoClass::kPrefetch);
     // Prefetch threads may write a dirty page back to make room (the
     // cleaner usually left clean ones).
@@ -322,7 +335,8 @@ void Prefetcher::RunBatch(std::vector<Job>& batch) {
                             }
                             release.Reset();
                             Fire(fire);
-                          });
+                          },
+                          urgency);
   }
 }
 

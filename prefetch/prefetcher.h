@@ -221,6 +221,9 @@ class Prefetcher {
     std::vector<std::shared_ptr<Waiter>> waiters;
     bool demanded = false;     // a GET waits for it: late
     bool is_prefetch = true;   // false for a GET's own (timeout) demand job
+    // Set when a GET joins the job while its read may still be queued as
+    // prefetch I/O: the device queue serves it as demand from then on.
+    std::shared_ptr<std::atomic<bool>> urgent = std::make_shared<std::atomic<bool>>(false);
   };
 
   Prefetcher(const PrefetcherConfig& config, tiers::TierManager* store,

@@ -656,6 +656,51 @@ TEST_F(NvmeHeldRing, DemandStartsBeforePrefetchBeforeWriteback) {
   EXPECT_EQ(st.class_ios[static_cast<size_t>(IoClass::kWriteback)], 2u);
 }
 
+// A prefetch read a GET joins while it waits in the queue (its IoUrgency is
+// set) is served as demand from then on: ahead of the prefetches queued
+// before it, and at demand's priority. With the ring held and queue depth 1:
+// prefetches p1, p2 (joined later), p3 and a demand d queue up; p2's token is
+// set before the ring goes on. Order: first, d, p2 (now demand, after the
+// demand queued before the join), then p1, p3 at prefetch.
+TEST_F(NvmeHeldRing, JoinedPrefetchIsServedAsDemand) {
+  Open(1);
+  if (IsSkipped() || HasFatalFailure()) return;
+  uint64_t escalated = 0;
+  hooks_.SetCallback("nvme.ring.escalated",
+                     [&](void* arg) { escalated = *static_cast<const uint64_t*>(arg); });
+  absl::Mutex mu;
+  std::vector<std::string> order;
+  std::atomic<int> done{0};
+  auto read = [&](const std::string& name, IoClass cls, IoUrgency urgency, uint64_t block,
+                  char* buf) {
+    IoClassScope scope(cls);
+    IoUrgencyScope urgent(std::move(urgency));
+    dev_->ReadAsync(block * kBlockSize, buf, kBlockSize, [&, name](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << name << ": " << s;
+      absl::MutexLock lock(&mu);
+      order.push_back(name);
+      done.fetch_add(1);
+    });
+  };
+  std::vector<Buf> bufs;
+  for (int i = 0; i < 5; ++i) bufs.push_back(AlignedBuf(kBlockSize));
+  auto joined = std::make_shared<std::atomic<bool>>(false);
+  read("first", IoClass::kDemand, nullptr, 0, bufs[0].get());  // the ring stops at the hook
+  ASSERT_TRUE(reached_.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  read("p1", IoClass::kPrefetch, std::make_shared<std::atomic<bool>>(false), 1, bufs[1].get());
+  read("p2", IoClass::kPrefetch, joined, 2, bufs[2].get());
+  read("p3", IoClass::kPrefetch, nullptr, 3, bufs[3].get());
+  read("d", IoClass::kDemand, nullptr, 4, bufs[4].get());
+  joined->store(true);  // a GET joins p2's promotion
+  release_.Notify();
+  for (int i = 0; i < 1000 && done.load() < 5; ++i) absl::SleepFor(absl::Milliseconds(10));
+  hooks_.DisableProcessing();
+  hooks_.ClearAll();
+  absl::MutexLock lock(&mu);
+  EXPECT_THAT(order, ::testing::ElementsAre("first", "d", "p2", "p1", "p3"));
+  EXPECT_EQ(escalated, 1u);
+}
+
 // The shares hold at every start: prefetch never has more than its cap in
 // flight, write-back no more than its cap while any read is in flight, and
 // all the depth once the reads are done.

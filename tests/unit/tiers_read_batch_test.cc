@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "kvtier/test_hooks.h"
 #include "tests/unit/nvme_test_fixture.h"
@@ -68,6 +69,35 @@ class GateDevice final : public ForwardingDevice {
   std::thread timer_;
 };
 
+// Records the I/O urgency token (io_class.h) each async read was issued
+// with, by offset.
+class UrgencyDevice final : public ForwardingDevice {
+ public:
+  using ForwardingDevice::ForwardingDevice;
+  IoUrgency TokenAt(uint64_t offset) {
+    absl::MutexLock lock(&mu_);
+    auto it = tokens_.find(offset);
+    return it == tokens_.end() ? nullptr : it->second;
+  }
+  size_t reads() {
+    absl::MutexLock lock(&mu_);
+    return tokens_.size();
+  }
+
+ protected:
+  void ReadAsyncImpl(uint64_t offset, void* buf, uint64_t n, nvme::IoCallback cb) override {
+    {
+      absl::MutexLock lock(&mu_);
+      tokens_[offset] = CurrentIoUrgency();
+    }
+    inner().ReadAsync(offset, buf, n, std::move(cb));
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, IoUrgency> tokens_ ABSL_GUARDED_BY(mu_);
+};
+
 class CountingHook final : public DemandReadHook {
  public:
   void BeginDemandRead() override { ++begun; }
@@ -80,9 +110,15 @@ class ReadBatchTest : public NvmeFaultTest {
   // A host tier of `host_pages` over NVMe on a memory device (behind a
   // gate of 8 when `gated`) behind the fault injector, and `n` pages
   // PUT and then flushed to NVMe (host left empty).
-  void OpenWith(uint64_t host_pages, uint64_t n, bool promote_on_get, bool gated = false) {
+  void OpenWith(uint64_t host_pages, uint64_t n, bool promote_on_get, bool gated = false,
+                bool record_urgency = false) {
     auto inner = nvme::CreateMemoryDevice(NvmeConfig().capacity_bytes);
     memory_ = inner.get();
+    if (record_urgency) {
+      auto u = std::make_unique<UrgencyDevice>(std::move(inner));
+      urgency_ = u.get();
+      inner = std::move(u);
+    }
     if (gated) {
       auto g = std::make_unique<GateDevice>(std::move(inner), 8);
       gate_ = g.get();
@@ -126,6 +162,7 @@ class ReadBatchTest : public NvmeFaultTest {
 
   nvme::Device* memory_ = nullptr;
   GateDevice* gate_ = nullptr;
+  UrgencyDevice* urgency_ = nullptr;
 };
 
 TEST_F(ReadBatchTest, ManyNvmePagesInOneBatchAreByteExact) {
@@ -268,6 +305,34 @@ TEST_F(ReadBatchTest, PromotePinnedReadsTogetherAndReportsEachPage) {
     EXPECT_EQ(o, PromoteOutcome::kAlreadyThere);
   });
   EXPECT_TRUE(again[0].valid());
+}
+
+// The prefetcher hands PromotePinned one urgency token per job; each page's
+// device read is issued with its own job's token (so a GET joining that job
+// escalates that read alone), and none where no token was given.
+TEST_F(ReadBatchTest, PromotePinnedIssuesEachReadWithItsJobsToken) {
+  OpenWith(64, 8, /*promote_on_get=*/false, /*gated=*/false, /*record_urgency=*/true);
+  std::vector<PagePin> pins(8);
+  std::vector<uint64_t> offsets(8);
+  std::vector<IoUrgency> tokens(8);
+  for (uint64_t i = 0; i < 8; ++i) {
+    auto pin = mgr_->PinForPromotion(ns_["a"], Key(i));
+    ASSERT_TRUE(pin.has_value()) << i;
+    offsets[i] = pin->slot().offset;
+    pins[i] = *std::move(pin);
+    if (i != 3) tokens[i] = std::make_shared<std::atomic<bool>>(i % 2 == 0);
+  }
+  const size_t reads_before = urgency_->reads();
+  std::vector<PromoteOutcome> outcome(8);
+  mgr_->PromotePinned(
+      absl::MakeSpan(pins), 0, EvictMode::kMayWrite,
+      [&](size_t i, PromoteOutcome o) { outcome[i] = o; }, tokens);
+  EXPECT_EQ(urgency_->reads() - reads_before, 8u);
+  for (uint64_t i = 0; i < 8; ++i) {
+    EXPECT_EQ(outcome[i], PromoteOutcome::kPromoted) << i;
+    EXPECT_EQ(urgency_->TokenAt(offsets[i]), tokens[i]) << "page " << i;
+  }
+  EXPECT_EQ(CurrentIoUrgency(), nullptr) << "the token outlived the read that carried it";
 }
 
 TEST_F(ReadBatchTest, BounceBytesBoundTheReadsInFlight) {

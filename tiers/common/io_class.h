@@ -10,8 +10,11 @@
 // Env::IOPriority is set per thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 namespace kvtier::tiers {
 
@@ -51,6 +54,46 @@ class IoClassScope {
 
  private:
   IoClass previous_;
+};
+
+// A waiter's claim on I/O issued at a lower class. A promotion issued as
+// prefetch may be joined later by a GET that needs the same page; from that
+// moment the GET waits on it, so it must not stay capped at prefetch's share
+// of the queue behind other demand reads. The prefetcher hands each
+// promotion a token and sets it when a GET joins; the device queue serves a
+// queued request whose token is set as demand I/O (tiers/nvme's io_uring
+// engine checks each time it takes new requests). Like the class, the token
+// follows the issuing thread's scope (IoUrgencyScope), because the I/O is
+// issued layers below the code that knows whom it serves.
+using IoUrgency = std::shared_ptr<const std::atomic<bool>>;
+
+namespace internal {
+inline thread_local const IoUrgency* tls_io_urgency = nullptr;
+}  // namespace internal
+
+// The token of the I/O the calling thread issues now (null: none).
+inline IoUrgency CurrentIoUrgency() {
+  return internal::tls_io_urgency == nullptr ? nullptr : *internal::tls_io_urgency;
+}
+inline bool Urgent(const IoUrgency& u) {
+  return u != nullptr && u->load(std::memory_order_acquire);
+}
+
+// Sets the calling thread's urgency token for its lifetime (null: none),
+// then restores the previous one.
+class IoUrgencyScope {
+ public:
+  explicit IoUrgencyScope(IoUrgency u)
+      : urgency_(std::move(u)), previous_(internal::tls_io_urgency) {
+    internal::tls_io_urgency = &urgency_;
+  }
+  ~IoUrgencyScope() { internal::tls_io_urgency = previous_; }
+  IoUrgencyScope(const IoUrgencyScope&) = delete;
+  IoUrgencyScope& operator=(const IoUrgencyScope&) = delete;
+
+ private:
+  const IoUrgency urgency_;
+  const IoUrgency* previous_;
 };
 
 }  // namespace kvtier::tiers

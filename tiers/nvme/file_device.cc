@@ -221,6 +221,7 @@ class FileDevice final : public Device {
     req->buf = buf;
     req->n = n;
     req->cls = CurrentIoClass();  // the issuing thread's: see Device::ReadAsync
+    req->urgency = CurrentIoUrgency();
     req->cb = std::move(cb);
     engine_->Submit(std::move(req));
   }

@@ -32,6 +32,7 @@ struct IoRequest {
   int retries = 0;     // EAGAIN/EINTR resubmissions
   int buf_index = -1;  // io_uring registered-buffer slot, -1 = none
   IoClass cls = IoClass::kDemand;  // queue order and share (FileDeviceConfig)
+  IoUrgency urgency;               // once set, a queued prefetch is served as demand
   IoCallback cb;
 };
 

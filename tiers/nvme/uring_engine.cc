@@ -123,6 +123,10 @@ class Ring {
   // The queued request to start next, by class (FileDeviceConfig), or
   // null when none may start now.
   IoRequest* TakeNext();
+  // Queued prefetch reads a waiter has joined since (their IoUrgency is
+  // set) move to the demand queue, keeping their order: from now on they
+  // are demand I/O, in order, priority and share.
+  void EscalateJoined();
   bool BacklogEmpty() const {
     for (const auto& q : backlog_)
       if (!q.empty()) return false;
@@ -159,6 +163,7 @@ class Ring {
   std::deque<IoRequest*> backlog_[kIoClasses];
   uint32_t inflight_ = 0;  // requests in SQEs, not yet completed
   uint32_t inflight_by_[kIoClasses] = {};
+  uint64_t escalated_ = 0;  // prefetch reads moved to demand (EscalateJoined)
   std::vector<std::pair<uint64_t, int>> reaped_;
 
   absl::Mutex mu_;
@@ -228,6 +233,7 @@ void Ring::Run() {
       backlog_[c < kIoClasses ? c : 0].push_back(r.release());
     }
     taken.clear();
+    EscalateJoined();
     KVTIER_SYNC_POINT("nvme.ring.before_dispatch");
     while (inflight_ < depth_) {
       IoRequest* req = TakeNext();
@@ -272,6 +278,24 @@ void Ring::ArmWake() {
   }
   io_uring_prep_read(sqe, efd_, &wake_buf_, sizeof(wake_buf_), 0);
   io_uring_sqe_set_data(sqe, &wake_buf_);
+}
+
+void Ring::EscalateJoined() {
+  auto& prefetch = backlog_[static_cast<size_t>(IoClass::kPrefetch)];
+  auto& demand = backlog_[static_cast<size_t>(IoClass::kDemand)];
+  const uint64_t before = escalated_;
+  for (auto it = prefetch.begin(); it != prefetch.end();) {
+    if (!Urgent((*it)->urgency)) {
+      ++it;
+      continue;
+    }
+    (*it)->cls = IoClass::kDemand;
+    demand.push_back(*it);
+    it = prefetch.erase(it);
+    ++escalated_;
+  }
+  // Tests read the running count of escalated requests (uint64_t).
+  if (escalated_ != before) KVTIER_SYNC_POINT_CALLBACK("nvme.ring.escalated", &escalated_);
 }
 
 IoRequest* Ring::TakeNext() {

@@ -146,6 +146,8 @@ bool PageReadBatch::StartPromotion(size_t r) {
     rd.not_promoted = *no;
     return false;
   }
+  // The read is issued with the token of whoever may join it later.
+  IoUrgencyScope urgent(rd.i < options_.urgency.size() ? options_.urgency[rd.i] : nullptr);
   Tier& target = *m_.core.tiers[*promote_to_]->tier;
   if (target.Region().first == nullptr) {
     // A target that is not host memory (an HBM prefetch target): the
@@ -251,29 +253,33 @@ absl::StatusOr<const uint8_t*> TierManager::ReadPage(PagePin& pin, std::vector<u
 }
 
 void TierManager::PromotePinned(absl::Span<PagePin> pins, size_t to, EvictMode mode,
-                                absl::FunctionRef<void(size_t, PromoteOutcome)> on_done) {
+                                absl::FunctionRef<void(size_t, PromoteOutcome)> on_done,
+                                absl::Span<const IoUrgency> urgency) {
   Impl& m = *impl_;
   const bool host_target =
       to < m.core.tiers.size() && m.core.tiers[to]->tier->Region().first != nullptr;
   std::vector<PagePin> below;  // read together; below_of[k]: its index in pins
   std::vector<size_t> below_of;
+  std::vector<IoUrgency> below_urgency;
   for (size_t i = 0; i < pins.size(); ++i) {
     if (!pins[i].valid()) {
       on_done(i, PromoteOutcome::kMissing);
     } else if (pins[i].entry_->tier <= to) {  // pinned: its tier stays put
       on_done(i, PromoteOutcome::kAlreadyThere);
     } else if (!host_target || pins[i].data() != nullptr || pins[i].is_hold()) {
+      IoUrgencyScope urgent(i < urgency.size() ? urgency[i] : nullptr);
       const PromoteOutcome o = PromoteTo(pins[i], to, mode);
       if (o != PromoteOutcome::kPromoted && o != PromoteOutcome::kAlreadyThere) pins[i].Reset();
       on_done(i, o);
     } else {
       below.push_back(std::move(pins[i]));
       below_of.push_back(i);
+      below_urgency.push_back(i < urgency.size() ? urgency[i] : nullptr);
     }
   }
   if (below.empty()) return;
   const ReadOptions options{.promote_to = static_cast<int>(to), .promote_only = true,
-                            .promote_evict = mode};
+                            .promote_evict = mode, .urgency = below_urgency};
   ReadPages(absl::MakeSpan(below), options,
             [&](size_t k, absl::StatusOr<const uint8_t*> bytes) {
               const size_t i = below_of[k];

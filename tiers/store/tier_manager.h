@@ -315,6 +315,10 @@ struct ReadOptions {
   // How a promotion may make room in its target: a GET's only by dropping
   // clean pages; the prefetcher's may write a dirty one back.
   EvictMode promote_evict = EvictMode::kCleanOnly;
+  // Per pin (empty: none): the token a waiter sets when it joins this
+  // page's promotion later; its device read is issued with it, so a read
+  // still queued as prefetch is served as demand from then on (io_class.h).
+  absl::Span<const IoUrgency> urgency;
 };
 
 // ReadPages hands page i's bytes (or why it has none) to this, on the
@@ -552,8 +556,10 @@ class TierManager {
   // as page i is up or known not to be. After on_done, pins[i] still pins
   // the page for kPromoted and kAlreadyThere (the caller keeps or resets
   // it); otherwise it is empty.
+  // `urgency`, when given, holds one token per pin (ReadOptions::urgency).
   void PromotePinned(absl::Span<PagePin> pins, size_t to, EvictMode mode,
-                     absl::FunctionRef<void(size_t i, PromoteOutcome outcome)> on_done);
+                     absl::FunctionRef<void(size_t i, PromoteOutcome outcome)> on_done,
+                     absl::Span<const IoUrgency> urgency = {});
   // Pins and promotes each key to tier `to`; the pins of the pages that end
   // at or above `to` come back (for the caller to hold as leases).
   std::vector<PromoteResult> PromoteBatch(NamespaceId ns, absl::Span<const PageKey> keys,
