@@ -310,6 +310,7 @@ void Daemon::FillPrefetchStats(wire::StatsReply* out) const {
   p->set_wasted(c.wasted);
   p->set_dropped(c.dropped);
   p->set_demand_waited(c.demand_waited);
+  p->set_taken_by_get(c.taken_by_get);
   p->set_merged(c.merged);
   p->set_rejected(c.rejected);
   p->set_failed(c.failed);

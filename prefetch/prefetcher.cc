@@ -188,7 +188,16 @@ void Prefetcher::WhenReady(tiers::NamespaceId ns, absl::Span<const PageKey> keys
         run->second.urgent->store(true, std::memory_order_release);
         run->second.waiters.push_back(w);
         ++w->remaining;
-      } else if (const Job* job = queue_.Find(id)) {
+      } else if (const Job* job = queue_.Find(id);
+                 job != nullptr && !schedule_below_target && job->cls != JobClass::kDemand &&
+                 !job->demanded) {
+        // A prefetch not started yet, that no other GET waits for: the GET
+        // reads the page itself, with the rest of its pages, at demand
+        // class and all at once, instead of waiting for a prefetch thread
+        // to come free and read it a batch at a time.
+        queue_.Take(id);
+        ++c_.taken_by_get;
+      } else if (job != nullptr) {
         // A prefetch a GET now waits for is late; a fresh demand job is not.
         if (job->cls != JobClass::kDemand || job->demanded) {
           if (!job->demanded) ++c_.demand_waited;

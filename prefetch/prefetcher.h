@@ -93,6 +93,7 @@ struct PrefetchCounters {
   uint64_t lease_revoked = 0;      // leases ended early: their namespace was over its share
   uint64_t lease_bound_refused = 0;  // pages left unleased: held max_lease in this window
   uint64_t demand_waited = 0;      // GET pages that waited on a queued/running prefetch
+  uint64_t taken_by_get = 0;       // queued prefetches a plain GET read itself instead
   uint64_t demand_jobs = 0;        // promotions a GET asked for directly (timeout policy)
   uint64_t promoted_pages = 0;     // pages this prefetcher moved up
   uint64_t promoted_bytes = 0;

@@ -205,6 +205,49 @@ TEST_F(PrefetchTest, WaitWithDeadlineReturnsAtTheBoundWhileThePromotionRuns) {
   EXPECT_EQ(pf_->counters().completed_in_time, 0u);  // it was late, not in time
 }
 
+// A plain GET does not wait for a prefetch that has not started: it takes
+// the job out of the queue and reads the page itself, with the rest of its
+// pages, at demand class (issue 28). A running one it joins, as before.
+TEST_F(PrefetchTest, PlainGetTakesOverAQueuedPrefetch) {
+  KVTIER_REQUIRE_SYNC_POINTS();
+  Open(8);
+  PutOnNvme(0, 2);
+  absl::Notification reading, release;
+  auto& sp = test_hooks::SyncPoints::Get();
+  sp.SetCallback("promote.after_read", [&](void*) {
+    if (reading.HasBeenNotified()) return;
+    reading.Notify();
+    release.WaitForNotification();
+  });
+  sp.EnableProcessing();
+  StartPrefetcher(Config(/*threads=*/1));
+  pf_->Schedule(ns_, Keys(0, 1), HintFor());  // the only worker holds it
+  ASSERT_TRUE(reading.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  auto later = Keys(1, 1);
+  pf_->Schedule(ns_, later, HintFor());  // queued: no worker is free
+  ASSERT_TRUE(pf_->AnyPending(ns_, later));
+  absl::Notification done;
+  pf_->WhenReady(ns_, later, false, absl::Now() + absl::Seconds(30), [&] { done.Notify(); });
+  EXPECT_TRUE(done.HasBeenNotified()) << "the GET waited for a prefetch nobody had started";
+  EXPECT_FALSE(pf_->AnyPending(ns_, later));
+  // The running one is joined: its waiter fires once it is up.
+  absl::Notification joined;
+  pf_->WhenReady(ns_, Keys(0, 1), false, absl::Now() + absl::Seconds(30),
+                 [&] { joined.Notify(); });
+  EXPECT_FALSE(joined.HasBeenNotified());
+  release.Notify();
+  ASSERT_TRUE(joined.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  ASSERT_TRUE(WaitFor([&] { return pf_->counters().promoted_pages == 1; }));
+  absl::SleepFor(absl::Milliseconds(50));
+  const PrefetchCounters c = pf_->counters();
+  EXPECT_EQ(c.taken_by_get, 1u);
+  EXPECT_EQ(c.demand_waited, 1u);
+  EXPECT_EQ(c.promoted_pages, 1u) << "the taken job ran anyway";
+  EXPECT_EQ(mgr_->Locate(ns_, Key(1)), 1) << "page 1 is the GET's to read (and promote)";
+  sp.DisableProcessing();
+  sp.ClearAll();
+}
+
 TEST_F(PrefetchTest, ShutdownCancelsQueuedJobsAndReleasesEveryPin) {
   Open(16);
   PutOnNvme(0, 6);

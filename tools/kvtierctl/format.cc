@@ -130,11 +130,12 @@ void PrintPrefetch(const wire::StatsReply& s) {
   if (!s.has_prefetch()) return;
   const auto& p = s.prefetch();
   std::printf("\nprefetch: issued %lu, in time %lu, late %lu, wasted %lu, dropped %lu, "
-              "demand waited %lu; promoted %lu pages (%s); queued %lu, in flight %lu, leased %lu; "
+              "demand waited %lu, taken by GETs %lu; promoted %lu pages (%s); queued %lu, in flight %lu, leased %lu; "
               "lookup leases %lu (cut by the share %lu); revoked %lu, past the lifetime bound %lu\n",
               (unsigned long)p.issued(), (unsigned long)p.completed_in_time(),
               (unsigned long)p.late(), (unsigned long)p.wasted(), (unsigned long)p.dropped(),
-              (unsigned long)p.demand_waited(), (unsigned long)p.promoted_pages(),
+              (unsigned long)p.demand_waited(), (unsigned long)p.taken_by_get(),
+              (unsigned long)p.promoted_pages(),
               Bytes(p.promoted_bytes()).c_str(), (unsigned long)p.queued(),
               (unsigned long)p.inflight(), (unsigned long)p.leased_pages(),
               (unsigned long)p.lookup_leased(), (unsigned long)p.lookup_lease_refused(),
