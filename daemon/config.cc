@@ -25,6 +25,10 @@ absl::Status DaemonConfig::Validate() const {
   if (!tcp_endpoint.empty()) RETURN_IF_ERROR(ResolveTcpEndpoint(tcp_endpoint, allow_non_loopback_tcp).status());
   if (copy_threads < 1 || copy_threads > 64)
     return absl::InvalidArgumentError("--copy_threads must be in [1, 64]");
+  if (frontend_copy_bytes > (16ull << 20))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--frontend_copy_bytes ", frontend_copy_bytes,
+        " is above 16 MiB: a copy that long on the frontend would stall every other request"));
   if (max_sessions < 1) return absl::InvalidArgumentError("--max_sessions must be >= 1");
   if (max_sessions_per_tenant < 1 || max_sessions_per_connection < 1)
     return absl::InvalidArgumentError(

@@ -44,6 +44,11 @@ struct DaemonConfig {
   // LOOKUP lookahead, PREFETCH, GET policies (prefetch_handlers.cc).
   prefetch::PrefetcherConfig prefetch;
   int copy_threads = 2;
+  // A GET or PUT of at most this many bytes whose pages are all in RAM (a
+  // PUT's: with no checksum, durable copy or publishing to do) is copied by
+  // the frontend itself: a copy this short costs less than the two thread
+  // hand-offs of a copy job. 0: every GET and PUT goes to the copy engine.
+  uint64_t frontend_copy_bytes = 256 << 10;
   int max_sessions = 1024;
   // Per-tenant and per-connection limits (the tenants file may override the
   // per-tenant ones), so no tenant can take what the others need.

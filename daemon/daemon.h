@@ -142,6 +142,13 @@ class Daemon {
   absl::Status SubmitGetInline(Session& s, const DecodedRequest& d, const std::string& routing_id);
   // Buffer GET and any PUT: submit a copy job that replies via the engine.
   absl::Status SubmitGet(Session& s, const DecodedRequest& d, const std::string& routing_id);
+  // Whether GET `t` is copied on the frontend instead of the copy engine:
+  // small (config_.frontend_copy_bytes), into host memory, every hit in a
+  // RAM tier, so the copy is one short memcpy and no I/O.
+  bool CopiesOnFrontend(const GetJob& t) const;
+  // The same for a PUT: small, from host memory, every page into a RAM slot
+  // with no checksum, write-through copy or publishing to do.
+  bool FillsOnFrontend(const PutTransfer& t) const;
   absl::Status SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
                          const std::string& routing_id);
   absl::StatusOr<std::shared_ptr<ClientBuffer>> FindBuffer(Session& s, uint32_t buffer_id,

@@ -57,6 +57,9 @@ ABSL_FLAG(bool, nvme_reclaim_copies_first, false, "when NVMe needs room, first d
 ABSL_FLAG(double, clean_fraction, 0.10, "the evictor keeps this fraction of each RAM tier written back to NVMe (clean) ahead of need, so requests make room without disk writes; 0: off");
 ABSL_FLAG(double, low_watermark, 0.90, "background eviction stops below this fraction of a tier");
 ABSL_FLAG(int, copy_threads, 2, "copy engine worker threads");
+ABSL_FLAG(std::string, frontend_copy_bytes, "256KiB",
+          "a GET or PUT of at most this many bytes whose pages are all in RAM is copied on "
+          "the frontend thread, without a copy-engine round trip (0: never; at most 16MiB)");
 ABSL_FLAG(std::string, eviction, "lru",
           "eviction policy: lru, or 2q (pages read or PUT again are protected from a flood of "
           "one-off pages; docs/OPERATIONS.md, \"Eviction policies\"); one for every tier, or per "
@@ -180,6 +183,7 @@ absl::StatusOr<kvtier::daemon::DaemonConfig> ConfigFromFlags() {
   c.store.reclaim_copies_first = absl::GetFlag(FLAGS_nvme_reclaim_copies_first);
   c.store.low_watermark = absl::GetFlag(FLAGS_low_watermark);
   c.copy_threads = absl::GetFlag(FLAGS_copy_threads);
+  ASSIGN_OR_RETURN(c.frontend_copy_bytes, BytesFlag(FLAGS_frontend_copy_bytes));
   c.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   c.max_sessions_per_tenant = absl::GetFlag(FLAGS_max_sessions_per_tenant);
   c.max_sessions_per_connection = absl::GetFlag(FLAGS_max_sessions_per_connection);

@@ -26,7 +26,55 @@ absl::StatusOr<PagePlacement> Placement(absl::string_view op, const ClientBuffer
   return place;
 }
 
+// The reply to a GET whose copies are done (or failed).
+Daemon::Reply GetReply(const DataPath& data, GetJob& t) {
+  Daemon::Reply reply;
+  if (absl::Status st = data.FinishGet(t); !st.ok()) {
+    reply.response = ErrorResponse(t.request_id, st);
+  } else {
+    reply.response = OkResponse(t.request_id);
+    reply.response.mutable_get()->set_tiers(t.tiers);
+  }
+  return reply;
+}
+
+// The reply to a PUT once every key is settled.
+Daemon::Reply PutReply(uint64_t request_id, const absl::StatusOr<PutSummary>& done) {
+  Daemon::Reply reply;
+  if (!done.ok()) {
+    reply.response = ErrorResponse(request_id, done.status());
+    return reply;
+  }
+  reply.response = OkResponse(request_id);
+  auto* pr = reply.response.mutable_put();
+  pr->set_stored(done->stored);
+  pr->set_deduplicated(done->deduplicated);
+  pr->set_not_stored(done->not_stored);
+  if (done->not_stored > 0) pr->set_not_stored_reason(done->not_stored_reason);
+  pr->set_page_status(std::string(done->page_status.begin(), done->page_status.end()));
+  pr->set_leading_kept(done->leading_kept);
+  return reply;
+}
+
 }  // namespace
+
+bool Daemon::CopiesOnFrontend(const GetJob& t) const {
+  if (t.buffer->on_device() || t.keys.size() * t.page_bytes > config_.frontend_copy_bytes)
+    return false;
+  for (const tiers::PagePin& pin : t.pins)
+    if (pin.valid() && pin.data() == nullptr) return false;  // below RAM: a disk read
+  return true;
+}
+
+bool Daemon::FillsOnFrontend(const PutTransfer& t) const {
+  if (t.buffer != nullptr && t.buffer->on_device()) return false;
+  if (t.reservations.size() * t.page_bytes > config_.frontend_copy_bytes) return false;
+  // RAM slots only, with nothing to checksum, copy durably or publish: the
+  // fill is a memcpy and the commit an index insert, never I/O.
+  for (const tiers::Reservation& r : t.reservations)
+    if (!r.FetchesInPlace() || r.NeedsHostBytes()) return false;
+  return true;
+}
 
 absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::string& routing_id) {
   if (!s.layout) return absl::FailedPreconditionError("GET: the session declared no layout");
@@ -40,6 +88,13 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   t->request_id = d.request.request_id();
   t->routing_id = routing_id;
   ReportFetchedAsRemote(d.keys, t->tiers);
+  if (CopiesOnFrontend(*t)) {
+    t->timer->Submitted();
+    data_->CopyGet(*t, 0, t->keys.size());
+    t->timer->Finish(metrics_.get_stages);
+    SendReply(routing_id, GetReply(*data_, *t));
+    return absl::OkStatus();
+  }
   const DataPath* data = data_.get();
   std::vector<CopyEngine::Part> parts;
   for (auto [b, e] : SplitRanges(d.keys.size(), s.page_bytes, engine_->threads()))
@@ -49,14 +104,7 @@ absl::Status Daemon::SubmitGet(Session& s, const DecodedRequest& d, const std::s
   GetStages* stages = &metrics_.get_stages;
   engine_->Submit(std::move(parts), [data, t, stages] {
     t->timer->Finish(*stages);
-    Reply reply;
-    if (absl::Status st = data->FinishGet(*t); !st.ok()) {
-      reply.response = ErrorResponse(t->request_id, st);
-    } else {
-      reply.response = OkResponse(t->request_id);
-      reply.response.mutable_get()->set_tiers(t->tiers);
-    }
-    return ReplyFrames(t->routing_id, std::move(reply));
+    return ReplyFrames(t->routing_id, GetReply(*data, *t));
   });
   return absl::OkStatus();
 }
@@ -90,33 +138,28 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
   for (auto [b, e] : SplitRanges(t->reservations.size(), s.page_bytes, engine_->threads()))
     parts.push_back([data, t, b = b, e = e] { data->FillPut(*t, b, e); });
   const uint64_t request_id = d.request.request_id();
-  auto reply_of = [request_id, routing_id](const absl::StatusOr<PutSummary>& done) {
-    Reply reply;
-    if (!done.ok()) {
-      reply.response = ErrorResponse(request_id, done.status());
-      return ReplyFrames(routing_id, std::move(reply));
-    }
-    reply.response = OkResponse(request_id);
-    auto* pr = reply.response.mutable_put();
-    pr->set_stored(done->stored);
-    pr->set_deduplicated(done->deduplicated);
-    pr->set_not_stored(done->not_stored);
-    if (done->not_stored > 0) pr->set_not_stored_reason(done->not_stored_reason);
-    pr->set_page_status(std::string(done->page_status.begin(), done->page_status.end()));
-    pr->set_leading_kept(done->leading_kept);
-    return ReplyFrames(routing_id, std::move(reply));
+  auto reply_of = [request_id](const absl::StatusOr<PutSummary>& done) {
+    return PutReply(request_id, done);
   };
   CopyEngine* engine = engine_.get();
-  engine_->Submit(std::move(parts), [data, t, owned, engine, reply_of]() {
-    // Keys deduplicated against another PUT in flight are settled by it:
-    // its resolution queues this reply as a job of its own, so no worker
-    // waits for another job.
-    auto later = [engine, reply_of](PutSummary s) {
-      engine->Submit({}, [reply_of, s = std::move(s)] { return reply_of(s); });
-    };
+  // Keys deduplicated against another PUT in flight are settled by it: its
+  // resolution queues this reply as a job of its own, so no worker (and not
+  // the frontend) waits for another job.
+  auto later = [engine, reply_of, routing_id](PutSummary s) {
+    engine->Submit({}, [reply_of, routing_id, s = std::move(s)] {
+      return ReplyFrames(routing_id, reply_of(s));
+    });
+  };
+  if (FillsOnFrontend(*t)) {
+    data->FillPut(*t, 0, t->reservations.size());
     std::optional<absl::StatusOr<PutSummary>> done = data->FinishPut(t, std::move(later));
+    if (done) SendReply(routing_id, reply_of(*done));
+    return absl::OkStatus();
+  }
+  engine_->Submit(std::move(parts), [data, t, owned, later, reply_of, routing_id]() {
+    std::optional<absl::StatusOr<PutSummary>> done = data->FinishPut(t, later);
     owned->clear();  // committed (or given up): the inline pages are no longer read
-    return done ? reply_of(*done) : std::vector<zmq::message_t>();
+    return done ? ReplyFrames(routing_id, reply_of(*done)) : std::vector<zmq::message_t>();
   });
   return absl::OkStatus();
 }

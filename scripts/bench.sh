@@ -5,7 +5,9 @@
 # kvtier-bench, prints a summary, and stops all three on exit. Not a test: it
 # takes ~2-3 minutes and wants an otherwise idle machine.
 #   scripts/bench.sh [kvtier-bench flags...]   e.g. --repeats=11 --page_sizes=1MiB
-# JSON of every figure: $BENCH_JSON (default build/bench.json).
+# JSON of every figure: $BENCH_JSON (default build/bench.json). The daemon:
+# $KVTIERD (default build/daemon/kvtierd), with extra flags $KVTIERD_FLAGS
+# (e.g. --frontend_copy_bytes=0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
@@ -47,7 +49,7 @@ start_kvtierd() {
   local dir="$TMP/$1"
   mkdir -p "$dir"
   "$KVTIERD" --socket="$dir/kvtierd.sock" --state_dir="$dir/state" --host_bytes="$2" \
-    --nvme_bytes=0 --log_level=warn >"$dir/log" 2>&1 &
+    --nvme_bytes=0 --log_level=warn ${KVTIERD_FLAGS:-} >"$dir/log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do
     "$CTL" --endpoint="ipc://$dir/kvtierd.sock" stats >/dev/null 2>&1 && return 0

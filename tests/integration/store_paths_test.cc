@@ -105,6 +105,31 @@ TEST_F(StorePathsTest, FrontendThreadDoesNoDiskIo) {
               PatternPage(akeys[i], kPage))
         << "page " << i;
   }
+  // One page per GET: small enough for the frontend to copy itself when the
+  // page is in RAM (--frontend_copy_bytes), and never when it is on NVMe.
+  std::memset((*buf)->data(), 0, akeys.size() * kPage);
+  for (size_t i = 0; i < akeys.size(); ++i) {
+    auto one = a->Get({akeys[i]}, *ida, {i * kPage});
+    ASSERT_TRUE(one.ok()) << one.status();
+    ASSERT_NE((*one)[0], TierKind::kNone) << i;
+    ASSERT_EQ(std::string(reinterpret_cast<const char*>((*buf)->data()) + i * kPage, kPage),
+              PatternPage(akeys[i], kPage))
+        << "single page " << i;
+  }
+  // One page per PUT as well: the frontend fills it itself when its slot is
+  // in RAM, and a copy worker does when it needs a checksum (NVMe).
+  std::vector<PageKey> single = MakeChain(SmallLayout(), 3, 6);
+  for (size_t i = 0; i < single.size(); ++i) {
+    const std::string page = PatternPage(single[i], kPage);
+    std::memcpy((*buf)->data(), page.data(), kPage);
+    auto r = a->Put({single[i]}, i == 0 ? PageKey::Zero() : single[i - 1], *ida, {0});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->stored, 1u) << "single page " << i;
+  }
+  auto single_pages = remote->GetInline(single);
+  ASSERT_TRUE(single_pages.ok()) << single_pages.status();
+  for (size_t i = 0; i < single.size(); ++i)
+    ASSERT_EQ((*single_pages)[i], PatternPage(single[i], kPage)) << "single PUT " << i;
   auto inline_pages = remote->GetInline(akeys);
   ASSERT_TRUE(inline_pages.ok()) << inline_pages.status();
   for (size_t i = 0; i < akeys.size(); ++i)

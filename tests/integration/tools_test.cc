@@ -96,6 +96,10 @@ TEST(KvtierdFlagsTest, BadFlagValueFailsFast) {
                        "--state_dir=" + dir.File("state"), "--host_bytes=lots"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(absl::StrContains(r.err, "--host_bytes")) << r.err;
+  auto long_copy = RunCommand({KVTIERD_PATH, "--socket=" + dir.File("s.sock"),
+                               "--state_dir=" + dir.File("state"), "--frontend_copy_bytes=1GiB"});
+  EXPECT_NE(long_copy.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(long_copy.err, "--frontend_copy_bytes")) << long_copy.err;
   auto bad_tenants = RunCommand({KVTIERD_PATH, "--socket=" + dir.File("s.sock"),
                                  "--state_dir=" + dir.File("state"),
                                  "--tenants_file=" + dir.File("missing.json")});
