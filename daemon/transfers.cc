@@ -134,32 +134,30 @@ absl::Status Daemon::SubmitPut(Session& s, DecodedRequest& d, Frames& frames,
   // Inline pages point into the request's frames: they live until the reply.
   auto owned = std::make_shared<Frames>(p.buffer_id() == 0 ? std::move(frames) : Frames());
   const DataPath* data = data_.get();
-  std::vector<CopyEngine::Part> parts;
-  for (auto [b, e] : SplitRanges(t->reservations.size(), s.page_bytes, engine_->threads()))
-    parts.push_back([data, t, b = b, e = e] { data->FillPut(*t, b, e); });
   const uint64_t request_id = d.request.request_id();
-  auto reply_of = [request_id](const absl::StatusOr<PutSummary>& done) {
-    return PutReply(request_id, done);
-  };
   CopyEngine* engine = engine_.get();
   // Keys deduplicated against another PUT in flight are settled by it: its
   // resolution queues this reply as a job of its own, so no worker (and not
   // the frontend) waits for another job.
-  auto later = [engine, reply_of, routing_id](PutSummary s) {
-    engine->Submit({}, [reply_of, routing_id, s = std::move(s)] {
-      return ReplyFrames(routing_id, reply_of(s));
+  auto later = [engine, request_id, routing_id](PutSummary s) {
+    engine->Submit({}, [request_id, routing_id, s = std::move(s)] {
+      return ReplyFrames(routing_id, PutReply(request_id, s));
     });
   };
   if (FillsOnFrontend(*t)) {
     data->FillPut(*t, 0, t->reservations.size());
     std::optional<absl::StatusOr<PutSummary>> done = data->FinishPut(t, std::move(later));
-    if (done) SendReply(routing_id, reply_of(*done));
+    if (done) SendReply(routing_id, PutReply(request_id, *done));
     return absl::OkStatus();
   }
-  engine_->Submit(std::move(parts), [data, t, owned, later, reply_of, routing_id]() {
+  std::vector<CopyEngine::Part> parts;
+  for (auto [b, e] : SplitRanges(t->reservations.size(), s.page_bytes, engine_->threads()))
+    parts.push_back([data, t, b = b, e = e] { data->FillPut(*t, b, e); });
+  engine_->Submit(std::move(parts), [data, t, owned, later, request_id, routing_id]() {
     std::optional<absl::StatusOr<PutSummary>> done = data->FinishPut(t, later);
     owned->clear();  // committed (or given up): the inline pages are no longer read
-    return done ? ReplyFrames(routing_id, reply_of(*done)) : std::vector<zmq::message_t>();
+    return done ? ReplyFrames(routing_id, PutReply(request_id, *done))
+                : std::vector<zmq::message_t>();
   });
   return absl::OkStatus();
 }
