@@ -368,11 +368,16 @@ absl::StatusOr<BufferId> Client::RegisterBufferFd(int fd, uint64_t size, const s
 
 absl::StatusOr<BufferId> Client::RegisterBuffer(const ShmBuffer& buffer, uint64_t size) {
   if (size == 0) size = buffer.size();
+  if (buffer.name().empty() && !takes_buffer_fds())
+    return absl::FailedPreconditionError(
+        "this buffer has no shm name (a hugetlb memfd): it can only be registered by descriptor, "
+        "and this daemon has no buffer socket (a tcp endpoint); create it with HugePages::kOff");
   if (!takes_buffer_fds() || buffer.fd() < 0) return RegisterBuffer(buffer.name(), size);
-  absl::StatusOr<BufferId> id = RegisterBufferFd(buffer.fd(), size, buffer.name());
+  absl::StatusOr<BufferId> id =
+      RegisterBufferFd(buffer.fd(), size, buffer.name().empty() ? "hugetlb memfd" : buffer.name());
   // Unreachable (e.g. another mount namespace than the daemon's): the name
   // may still work. Any other answer is the daemon's and stands.
-  if (!absl::IsUnavailable(id.status())) return id;
+  if (!absl::IsUnavailable(id.status()) || buffer.name().empty()) return id;
   absl::StatusOr<BufferId> by_name = RegisterBuffer(buffer.name(), size);
   if (by_name.ok()) return by_name;
   return absl::Status(by_name.status().code(),

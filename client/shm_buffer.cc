@@ -15,9 +15,52 @@
 
 namespace kvtier {
 
-absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(uint64_t size, std::string name) {
+namespace {
+
+constexpr uint64_t kHugePageBytes = 2ull << 20;  // the default hugetlb page size (x86-64, arm64)
+
+}  // namespace
+
+absl::StatusOr<HugePages> ParseHugePages(absl::string_view name) {
+  if (name == "auto") return HugePages::kAuto;
+  if (name == "on") return HugePages::kOn;
+  if (name == "off") return HugePages::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown hugepages mode '", name, "' (choices: auto, on, off)"));
+}
+
+absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::CreateHuge(uint64_t size) {
+  if (size > UINT64_MAX - kHugePageBytes)
+    return absl::InvalidArgumentError("shm buffer size too large");
+  const uint64_t mapped = (size + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  int fd = memfd_create("kvtier-client", MFD_HUGETLB | MFD_CLOEXEC);
+  if (fd < 0)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memfd_create(MFD_HUGETLB): ", strerror(errno)));
+  // MAP_SHARED on hugetlbfs reserves the pages at mmap, so too few free
+  // hugetlb pages fail here, not later with a SIGBUS on first touch.
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(mapped)) == 0)
+    p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    close(fd);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no ", mapped / kHugePageBytes, " free 2 MiB hugetlb pages for a ", size,
+        "-byte buffer (vm.nr_hugepages; /proc/meminfo HugePages_Free): ", strerror(err)));
+  }
+  return std::unique_ptr<ShmBuffer>(
+      new ShmBuffer("", fd, static_cast<uint8_t*>(p), size, mapped, /*huge=*/true));
+}
+
+absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(uint64_t size, std::string name,
+                                                             HugePages huge) {
   static std::atomic<uint64_t> seq{0};
   if (size == 0) return absl::InvalidArgumentError("shm buffer size must be > 0");
+  if (huge != HugePages::kOff) {
+    absl::StatusOr<std::unique_ptr<ShmBuffer>> b = CreateHuge(size);
+    if (b.ok() || huge == HugePages::kOn) return b;
+  }
   const bool generated = name.empty();
   int fd = -1;
   // A generated name may already exist: an object a killed process of the
@@ -44,7 +87,8 @@ absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Create(uint64_t size, std:
     shm_unlink(name.c_str());
     return absl::ResourceExhaustedError(absl::StrCat("mmap(", name, "): ", strerror(err)));
   }
-  return std::unique_ptr<ShmBuffer>(new ShmBuffer(name, fd, static_cast<uint8_t*>(p), size));
+  return std::unique_ptr<ShmBuffer>(
+      new ShmBuffer(name, fd, static_cast<uint8_t*>(p), size, size, /*huge=*/false));
 }
 
 absl::StatusOr<std::unique_ptr<ShmBuffer>> ShmBuffer::Share(absl::Span<const Region> regions,
@@ -106,9 +150,9 @@ absl::Status ShmBuffer::Unshare(absl::Span<const SharedRange> shared) {
 }
 
 ShmBuffer::~ShmBuffer() {
-  munmap(data_, size_);
+  munmap(data_, mapped_);
   close(fd_);
-  shm_unlink(name_.c_str());
+  if (!name_.empty()) shm_unlink(name_.c_str());
 }
 
 }  // namespace kvtier

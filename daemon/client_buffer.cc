@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -22,6 +23,8 @@
 
 namespace kvtier::daemon {
 namespace {
+
+constexpr uint64_t kHugetlbfsMagic = 0x958458f6;  // HUGETLBFS_MAGIC (linux/magic.h)
 
 // Descriptors kept for Write, against their limit (a quarter of the soft
 // RLIMIT_NOFILE unless a test set one).
@@ -131,24 +134,37 @@ absl::StatusOr<std::shared_ptr<ClientBuffer>> ClientBuffer::MapFd(int fd, uint64
     return absl::InvalidArgumentError(absl::StrCat(label, " is ", st.st_size,
                                                    " bytes, smaller than the registered size ",
                                                    size));
+  // A hugetlbfs object maps in whole hugetlb pages (older kernels fail an
+  // mmap of any other length with EINVAL) and has no write() (pwritev2
+  // fails with EINVAL, which would read as "no RWF_NOAPPEND" and turn the
+  // descriptor path off for every buffer): copies go through the mapping,
+  // whose first touch costs a fault per 2 MiB, not per 4 KiB.
+  struct statfs fs;
+  const bool huge = fstatfs(fd, &fs) == 0 && static_cast<uint64_t>(fs.f_type) == kHugetlbfsMagic;
+  const uint64_t block = huge ? static_cast<uint64_t>(st.st_blksize) : 1;
+  if (huge && (block == 0 || size > UINT64_MAX - block))
+    return absl::InvalidArgumentError(absl::StrCat(label, ": size ", size, " is too large"));
+  const uint64_t mapped = huge ? (size + block - 1) / block * block : size;
   // No MAP_POPULATE: REGISTER runs on the frontend, and populating a large
   // (or sparse, ftruncate'd) object would stall every tenant and fault in
   // memory the client never wrote. The BufferWarmer maps in the pages the
   // object holds, off the frontend, after REGISTER (buffer_warmer.h); a copy
   // that comes first faults in what it touches.
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED)
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map ", label, " (", size, " bytes): ", strerror(errno)));
   std::shared_ptr<ClientBuffer> b(new ClientBuffer(std::move(label), static_cast<uint8_t*>(p), size,
                                                    st.st_dev, st.st_ino));
-  b->KeepFd(fd);
+  b->mapped_ = mapped;
+  if (!huge) b->KeepFd(fd);
   return b;
 }
 
 ClientBuffer::~ClientBuffer() {
   if (gpu_) gpu_->CloseImported(tiers::hbm::ImportedMemory{data_, size_, dev_, ino_});
-  else munmap(data_, size_);
+  else
+    munmap(data_, mapped_);
   if (fd_ >= 0) {
     close(fd_);
     g_kept_fds.fetch_sub(1, std::memory_order_relaxed);

@@ -98,8 +98,11 @@ class ClientBuffer {
   std::string name_;
   uint8_t* data_;
   uint64_t size_;
+  // The mapping's length: size_, rounded up to the page size of a hugetlbfs
+  // object (which maps only whole hugetlb pages).
+  uint64_t mapped_ = size_;
   uint64_t dev_, ino_;
-  int fd_ = -1;  // shm buffers only; see Write
+  int fd_ = -1;  // shm buffers only (not hugetlbfs: no write()); see Write
   std::atomic<bool> fd_usable_{true};
   std::atomic<uint64_t> warm_end_{0};
   std::shared_ptr<tiers::hbm::Device> gpu_;  // set for device buffers

@@ -2,9 +2,16 @@
 # The first touch (issue 28): the demo's restore in a fresh process against a
 # warm GET of the same pages, in one run. Two private kvtierd instances with
 # the demo's defaults (1 GiB host tier; no NVMe, so the pages restore from
-# RAM as in the demo): "fd" as shipped, and "mapping" with
+# RAM as in the demo; the host tier on 4 KiB pages so that it takes none of
+# the hugetlb pages below): "fd" as shipped, and "mapping" with
 # --buffer_write_fd=false (the copy into a cold buffer faults the daemon's
 # mapping in, racing the registration warm-up: the demo before the fix).
+# Against "fd" the fresh processes run twice: with their arena on 4 KiB shm
+# pages, and on 2 MiB hugetlb pages (what kvtier-generate takes when the
+# machine has them: KvCacheOptions::huge_pages). For that run the script
+# reserves FIRST_TOUCH_HUGEPAGES (default 128) free hugetlb pages if fewer are
+# free and it may (root), and gives them back at exit; else it says so and
+# skips the run.
 # kvtier-first-restore-bench stores the demo's prompt (124m, 2,048 tokens)
 # once per daemon, then starts one fresh process per repeat.
 #   scripts/bench_first_touch.sh [kvtier-first-restore-bench flags, e.g. --repeats=11]
@@ -21,18 +28,43 @@ BENCH="$BUILD_DIR/client/decoder/kvtier-first-restore-bench"
 TMP="$(mktemp -d /tmp/kvtier-first-touch.XXXXXX)"
 # shellcheck source=lib/kvtierd.sh
 . scripts/lib/kvtierd.sh
+HUGE_SYSCTL=/proc/sys/vm/nr_hugepages
+HUGE_BEFORE=""
 cleanup() {
   kvtier_stop_all
+  [ -z "$HUGE_BEFORE" ] || echo "$HUGE_BEFORE" >"$HUGE_SYSCTL" 2>/dev/null || true
   rm -rf "$TMP"
 }
 trap cleanup EXIT
 
+huge_free() { awk '/^HugePages_Free:/ {print $2}' /proc/meminfo; }
+# Reserves hugetlb pages so that at least $1 are free; 0 when they are.
+reserve_huge() {
+  local want=$1 free total
+  free=$(huge_free)
+  [ "${free:-0}" -ge "$want" ] && return 0
+  [ -w "$HUGE_SYSCTL" ] || return 1
+  total=$(cat "$HUGE_SYSCTL")
+  HUGE_BEFORE=${HUGE_BEFORE:-$total}
+  echo $((total + want - free)) >"$HUGE_SYSCTL" 2>/dev/null || return 1
+  [ "$(huge_free)" -ge "$want" ]
+}
+
 echo "== load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
-kvtier_start fd --nvme_bytes=0
-kvtier_start mapping --nvme_bytes=0 --buffer_write_fd=false
-for d in fd mapping; do
-  echo "== kvtierd $d"
-  OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" "$BENCH" --endpoint="ipc://$TMP/$d.sock" "$@"
+kvtier_start fd --nvme_bytes=0 --hugepages=off
+kvtier_start mapping --nvme_bytes=0 --buffer_write_fd=false --hugepages=off
+run() {  # run DAEMON ARENA_HUGEPAGES [flags]
+  local d=$1 huge=$2; shift 2
+  echo "== kvtierd $d, client arena hugepages=$huge"
+  OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}" "$BENCH" --endpoint="ipc://$TMP/$d.sock" \
+    --arena_hugepages="$huge" "$@"
   "$CTL" --endpoint="ipc://$TMP/$d.sock" stats | grep -iE '^ *get|stage|warm' || true
-done
+}
+run fd off "$@"
+if reserve_huge "${FIRST_TOUCH_HUGEPAGES:-128}"; then
+  run fd on "$@"
+else
+  echo "== skipped the hugetlb run: $(huge_free) free hugetlb pages, ${FIRST_TOUCH_HUGEPAGES:-128} wanted, and $HUGE_SYSCTL not writable"
+fi
+run mapping off "$@"
 echo "== load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -37,6 +37,10 @@ ABSL_FLAG(uint64_t, sampling_seed, 0, "seed of sampling");
 ABSL_FLAG(uint32_t, tokens_per_page, 256, "tokens per KV page (= daemon page)");
 ABSL_FLAG(std::string, kv_dtype, "fp16", "KV page dtype: fp32, fp16, bf16, int8, fp8");
 ABSL_FLAG(uint32_t, kv_pages, 0, "KV arena pages (0: enough for the prompt and new tokens)");
+ABSL_FLAG(
+    std::string, kv_hugepages, "auto",
+    "KV arena pages: auto (2 MiB hugetlb pages when the machine has them free: vm.nr_hugepages), "
+    "on (hugetlb or fail), off (4 KiB shm pages)");
 ABSL_FLAG(int32_t, sliding_window, -1,
           "attention window in tokens (0: full; -1: config.json's sliding_window, full when it has none)");
 ABSL_FLAG(uint32_t, runs, 1, "serve the prompt this many times (reuse shows from run 2)");
@@ -137,6 +141,9 @@ int main(int argc, char** argv) {
   o.tokens_per_page = absl::GetFlag(FLAGS_tokens_per_page);
   o.kv_dtype = *kv_dtype;
   const uint32_t tpp = std::max(1u, o.tokens_per_page);
+  auto kv_huge = kvtier::ParseHugePages(absl::GetFlag(FLAGS_kv_hugepages));
+  if (!kv_huge.ok()) return Fail(kv_huge.status());
+  o.kv_huge_pages = *kv_huge;
   o.kv_pages = absl::GetFlag(FLAGS_kv_pages);
   if (o.kv_pages == 0)
     o.kv_pages = uint32_t((prompt->size() + absl::GetFlag(FLAGS_max_new_tokens) + tpp - 1) / tpp) + 1;

@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvCache
     ASSIGN_OR_RETURN(c->gpu_arena_, GpuArena::Create(bytes, ArenaKind::kCuda, options.gpu));
     base = c->gpu_arena_->data();  // a device pointer; the CUDA backend clears it
   } else {
-    ASSIGN_OR_RETURN(c->arena_, ShmBuffer::Create(bytes));
+    ASSIGN_OR_RETURN(c->arena_, ShmBuffer::Create(bytes, "", options.huge_pages));
     // Touch the arena now so the first prefill (and the first GET into it)
     // measures work, not page faults.
     std::memset(c->arena_->data(), 0, c->arena_->size());

@@ -62,6 +62,7 @@ absl::StatusOr<std::unique_ptr<DecoderSession>> DecoderSession::Create(const Ses
                     o.sliding_window.value_or(s->weights_->config.sliding_window)};
   kv.on_gpu = cuda;
   kv.gpu = cuda_options.device;
+  kv.huge_pages = o.kv_huge_pages;
   ASSIGN_OR_RETURN(s->cache_, PagedKvCache::Create(kv));
   std::unique_ptr<DeviceForward> device;
   if (cuda) {

@@ -14,6 +14,7 @@
 #include "client/wire_calls.h"
 #include "kvtier/gpu_arena.h"
 #include "kvtier/shm_buffer.h"
+#include "tests/common/hugetlb_reserve.h"
 #include "tests/integration/daemon_fixture.h"
 #include "tools/common/page_pattern.h"
 
@@ -261,6 +262,48 @@ TEST_F(WarmupDeviceTest, EmulatedDeviceBufferIsWarmedToo) {
   const wire::BufferWarmup w = WaitWarm(*c);
   EXPECT_EQ(w.warmed_bytes(), 16 * kMiB);
   EXPECT_EQ(w.buffers(), 1u);
+}
+
+// An arena on 2 MiB hugetlb pages (ShmBuffer HugePages::kOn, what the
+// decoder's arena takes when the machine has them): an unnamed memfd, so
+// registered by descriptor; its size need not be whole hugetlb pages; GETs
+// land byte-exact before and after the warm-up, and a range past the
+// registered size is refused although the object goes on to its 2 MiB end.
+TEST_F(WarmupTest, HugetlbArenaRegistersByDescriptorAndServesGets) {
+  kvtier::testing::HugetlbReserve reserve(16);
+  if (!reserve.ok()) GTEST_SKIP() << reserve.why();
+  auto c = Connect();
+  ASSERT_TRUE(c);
+  const uint64_t size = 5 * kMiB + 4096;
+  auto buf = ShmBuffer::Create(size, "", HugePages::kOn);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  ASSERT_TRUE((*buf)->huge_pages());
+  EXPECT_EQ((*buf)->size(), size);
+  EXPECT_TRUE((*buf)->name().empty());
+  auto id = c->RegisterBuffer(**buf);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto keys = MakeChain(SmallLayout(), 91, 8);
+  std::vector<uint64_t> offsets;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    offsets.push_back(size - (keys.size() - i) * kSmallPageBytes);  // the last pages
+    tools::FillPattern(keys[i], (*buf)->data() + offsets.back(), kSmallPageBytes);
+  }
+  ASSERT_TRUE(c->Put(keys, PageKey::Zero(), *id, offsets).ok());
+  for (int round = 0; round < 2; ++round) {  // at once, then once warm
+    if (round == 1) {
+      const wire::BufferWarmup w = WaitWarm(*c);
+      EXPECT_EQ(w.failed(), 0u);
+    }
+    std::memset((*buf)->data() + offsets[0], 0, keys.size() * kSmallPageBytes);
+    auto got = c->Get(keys, *id, offsets);
+    ASSERT_TRUE(got.ok()) << got.status();
+    for (size_t i = 0; i < keys.size(); ++i)
+      EXPECT_EQ(tools::CheckPattern(keys[i], (*buf)->data() + offsets[i], kSmallPageBytes),
+                kSmallPageBytes)
+          << "round " << round << ", page " << i;
+  }
+  auto past = c->Get({keys[0]}, *id, {size - kSmallPageBytes + 4096});
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kOutOfRange) << past.status();
 }
 
 }  // namespace

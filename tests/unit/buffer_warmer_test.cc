@@ -21,6 +21,7 @@
 #include "daemon/client_buffer.h"
 #include "gtest/gtest.h"
 #include "kvtier/test_hooks.h"
+#include "tests/common/hugetlb_reserve.h"
 
 namespace kvtier::daemon {
 namespace {
@@ -407,6 +408,37 @@ TEST(ClientBufferWriteTest, WithoutADescriptorTheMappingIsUsed) {
   ASSERT_TRUE(WriteAt(*buffer, 0, page));
   EXPECT_EQ(MappingRss(buffer->data()), kMiB);
   EXPECT_EQ(o.Read(0, page.size()), page);
+}
+
+// A hugetlb object (an engine's arena on 2 MiB pages) maps as whole hugetlb
+// pages (a mapping of any other length fails) and is copied into through the
+// mapping, hugetlbfs having no write(). Its EINVAL from pwritev2 once read as
+// "RWF_NOAPPEND unsupported" and turned the descriptor path off for every
+// later buffer: a shm buffer mapped after it still writes through its own.
+TEST(ClientBufferWriteTest, HugetlbObjectIsCopiedThroughTheMapping) {
+  kvtier::testing::HugetlbReserve reserve(8);
+  if (!reserve.ok()) GTEST_SKIP() << reserve.why();
+  const int fd = memfd_create("kvtier-huge-test", MFD_HUGETLB | MFD_CLOEXEC);
+  ASSERT_GE(fd, 0) << strerror(errno);
+  ASSERT_EQ(ftruncate(fd, 4 * kMiB), 0) << strerror(errno);
+  {
+    auto b = ClientBuffer::MapFd(fd, 3 * kMiB + 4096, "hugetlb");  // not whole 2 MiB pages
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_FALSE((*b)->writes_through_fd());
+    const std::string bytes = Pattern(kMiB, 'i');
+    ASSERT_TRUE(WriteAt(**b, 2 * kMiB + 4096, bytes));  // up to the registered end
+    void* m = mmap(nullptr, 4 * kMiB, PROT_READ, MAP_SHARED, fd, 0);
+    ASSERT_NE(m, MAP_FAILED) << strerror(errno);
+    EXPECT_EQ(std::string(static_cast<const char*>(m) + 2 * kMiB + 4096, bytes.size()), bytes);
+    munmap(m, 4 * kMiB);
+  }  // unmapped with the length it was mapped with
+  close(fd);
+  Object o(2 * kMiB);
+  ASSERT_TRUE(o.ok());
+  o.Write(0, 2 * kMiB);
+  auto shm = Map(o, 2 * kMiB);
+  ASSERT_NE(shm, nullptr);
+  EXPECT_TRUE(shm->writes_through_fd()) << "the hugetlb buffer turned the descriptor path off";
 }
 
 }  // namespace

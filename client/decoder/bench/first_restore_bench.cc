@@ -43,6 +43,10 @@ ABSL_FLAG(std::string, kv_dtype, "fp16", "KV page dtype");
 ABSL_FLAG(uint32_t, repeats, 7, "fresh processes, each one first restore (medians reported)");
 ABSL_FLAG(uint32_t, warm_gets, 3, "warm GETs per fresh process (its median is that process's figure)");
 ABSL_FLAG(double, max_warm_wait_s, 10, "longest a process waits for the daemon's warm-up of its arena");
+ABSL_FLAG(
+    std::string, arena_hugepages, "auto",
+    "the fresh process's arena pages: auto (2 MiB hugetlb pages when free, as kvtier-generate), "
+    "on (hugetlb or fail), off (4 KiB shm pages)");
 ABSL_FLAG(std::string, child, "",
           "internal: run as the fresh process, with the model fingerprint (hex) and arena pages");
 
@@ -85,6 +89,7 @@ struct Figures {
   double arena_ms = 0, register_ms = 0, restore_ms = 0, warm_wait_ms = 0, warm_ms = 0;
   long arena_faults = 0, restore_faults = 0;
   uint32_t restored = 0;
+  int huge = 0;  // the arena is hugetlb pages
 };
 
 absl::StatusOr<uint64_t> PendingWarmup(kvtier::Client& c) {
@@ -110,7 +115,10 @@ absl::StatusOr<Figures> Child(const std::string& spec) {
   // The arena, created and cleared as DecoderSession does (PagedKvCache::Create).
   long faults = MinorFaults();
   auto t = Clock::now();
-  ASSIGN_OR_RETURN(auto cache, PagedKvCache::Create({KvLayoutFor(config, tpp, dtype), pages, 0}));
+  KvCacheOptions arena{KvLayoutFor(config, tpp, dtype), pages, 0};
+  ASSIGN_OR_RETURN(arena.huge_pages, kvtier::ParseHugePages(absl::GetFlag(FLAGS_arena_hugepages)));
+  ASSIGN_OR_RETURN(auto cache, PagedKvCache::Create(arena));
+  f.huge = cache->arena().huge_pages();
   f.arena_ms = MsSince(t);
   f.arena_faults = MinorFaults() - faults;
   // HELLO + REGISTER_BUFFER (DecoderSession::Connect).
@@ -159,7 +167,7 @@ constexpr char kChildLine[] = "first-restore-child";
 Figures RunChild(const std::string& spec) {
   std::string cmd = absl::StrCat("/proc/", getpid(), "/exe --child=", spec);
   for (const char* flag : {"endpoint", "size", "prompt_tokens", "prompt_seed", "tokens_per_page",
-                           "kv_dtype", "warm_gets", "max_warm_wait_s"}) {
+                           "kv_dtype", "warm_gets", "max_warm_wait_s", "arena_hugepages"}) {
     const absl::CommandLineFlag* f = absl::FindCommandLineFlag(flag);
     absl::StrAppend(&cmd, " '--", flag, "=", f->CurrentValue(), "'");
   }
@@ -169,9 +177,10 @@ Figures RunChild(const std::string& spec) {
   char line[512];
   bool got = false;
   while (fgets(line, sizeof(line), p) != nullptr) {
-    got = got || std::sscanf(line, "first-restore-child %lf %lf %lf %lf %lf %ld %ld %u", &f.arena_ms,
-                             &f.register_ms, &f.restore_ms, &f.warm_wait_ms, &f.warm_ms,
-                             &f.arena_faults, &f.restore_faults, &f.restored) == 8;
+    got =
+        got || std::sscanf(line, "first-restore-child %lf %lf %lf %lf %lf %ld %ld %u %d",
+                           &f.arena_ms, &f.register_ms, &f.restore_ms, &f.warm_wait_ms, &f.warm_ms,
+                           &f.arena_faults, &f.restore_faults, &f.restored, &f.huge) == 9;
   }
   if (pclose(p) != 0 || !got) Die(absl::InternalError("the fresh process failed"));
   return f;
@@ -209,8 +218,9 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   if (const std::string spec = absl::GetFlag(FLAGS_child); !spec.empty()) {
     Figures f = Check(Child(spec));
-    absl::PrintF("%s %.3f %.3f %.3f %.3f %.3f %d %d %u\n", kChildLine, f.arena_ms, f.register_ms,
-                 f.restore_ms, f.warm_wait_ms, f.warm_ms, f.arena_faults, f.restore_faults, f.restored);
+    absl::PrintF("%s %.3f %.3f %.3f %.3f %.3f %d %d %u %d\n", kChildLine, f.arena_ms, f.register_ms,
+                 f.restore_ms, f.warm_wait_ms, f.warm_ms, f.arena_faults, f.restore_faults,
+                 f.restored, f.huge);
     return 0;
   }
   uint32_t pages = 0;
@@ -230,6 +240,7 @@ int main(int argc, char** argv) {
     absl::PrintF("%6u | %9.1f (%6d) | %8.2f | %8.2f (%d) | %8.1f | %7.2f | %5.2f  (restored %u tokens)\n", i,
                  f.arena_ms, f.arena_faults, f.register_ms, f.restore_ms, f.restore_faults, f.warm_wait_ms,
                  f.warm_ms, ratio.back(), f.restored);
+    if (i == 0) absl::PrintF("arena pages: %s\n", f.huge ? "2 MiB hugetlb" : "4 KiB shm");
   }
   const double m_first = Median(first), m_warm = Median(warm);
   absl::PrintF("medians of %zu fresh processes: arena+clear %.1f ms, HELLO+REGISTER %.2f ms, "

@@ -1,6 +1,8 @@
-// ShmBuffer: a POSIX shared-memory region a client allocates as its KV arena
-// and registers with kvtierd. Owns the mapping and the descriptor; unlinks
-// the name on destruction. Not thread-safe to create/destroy; the bytes are the caller's.
+// ShmBuffer: a shared-memory region a client allocates as its KV arena and
+// registers with kvtierd: a POSIX shm object, or a memfd of 2 MiB hugetlb
+// pages when asked and the machine has them reserved. Owns the mapping and
+// the descriptor; unlinks the name on destruction. Not thread-safe to
+// create/destroy; the bytes are the caller's.
 #pragma once
 
 #include <cstdint>
@@ -9,14 +11,33 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace kvtier {
 
+// Whether a buffer is made of hugetlb pages (vm.nr_hugepages). Why it
+// matters: every new mapping of a 4 KiB-page buffer pays one fault per page
+// at its first access (on a VM with lazily mapped guest pages, ~20 us each:
+// ~0.5 s for 72 MiB), once in the client and again in the daemon; with 2 MiB
+// pages that is 512x fewer faults, so a fresh process's first restore costs
+// about what a warm one does (docs/BENCHMARKS.md, "the first touch").
+enum class HugePages : uint8_t {
+  kOff,   // a POSIX shm object
+  kAuto,  // hugetlb pages if the machine has enough free, else kOff's object
+  kOn,    // hugetlb pages or ResourceExhausted
+};
+// "auto", "on", "off" (flags); InvalidArgument naming the choices otherwise.
+absl::StatusOr<HugePages> ParseHugePages(absl::string_view name);
+
 class ShmBuffer {
  public:
   // Creates "/kvtier-client-<pid>-<n>" (or `name`) of `size` bytes, mode 0600.
-  static absl::StatusOr<std::unique_ptr<ShmBuffer>> Create(uint64_t size, std::string name = "");
+  // With hugetlb pages (`huge`) the buffer is an unnamed memfd whose object
+  // is `size` rounded up to 2 MiB: it can be registered by descriptor only
+  // (Client::RegisterBuffer does), and `name` is only its label.
+  static absl::StatusOr<std::unique_ptr<ShmBuffer>> Create(uint64_t size, std::string name = "",
+                                                           HugePages huge = HugePages::kOff);
 
   // Memory the process already holds (an engine's KV cache tensors), made
   // registrable without moving it: the whole pages inside each region are
@@ -51,18 +72,23 @@ class ShmBuffer {
 
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // The shm name; empty for a hugetlb buffer (it has none).
   const std::string& name() const { return name_; }
+  bool huge_pages() const { return huge_; }
   // The object's descriptor, kept open so the buffer can be handed to the
   // daemon by fd (Client::RegisterBuffer); close-on-exec.
   int fd() const { return fd_; }
 
  private:
-  ShmBuffer(std::string name, int fd, uint8_t* data, uint64_t size)
-      : name_(std::move(name)), fd_(fd), data_(data), size_(size) {}
+  ShmBuffer(std::string name, int fd, uint8_t* data, uint64_t size, uint64_t mapped, bool huge)
+      : name_(std::move(name)), fd_(fd), data_(data), size_(size), mapped_(mapped), huge_(huge) {}
+  static absl::StatusOr<std::unique_ptr<ShmBuffer>> CreateHuge(uint64_t size);
   std::string name_;
   int fd_;
   uint8_t* data_;
   uint64_t size_;
+  uint64_t mapped_;  // the mapping's length (size_ rounded up to a hugetlb page)
+  bool huge_;
 };
 
 }  // namespace kvtier

@@ -35,6 +35,11 @@ struct KvCacheOptions {
   // decoder; FailedPrecondition from Create without a usable device.
   bool on_gpu = false;
   int gpu = 0;
+  // The shared-memory arena's pages (not on_gpu): kAuto takes 2 MiB hugetlb
+  // pages when the machine has enough free (vm.nr_hugepages), which makes a
+  // fresh process's first restore cost about what later ones do
+  // (ShmBuffer's HugePages).
+  HugePages huge_pages = HugePages::kAuto;
 
   absl::Status Validate() const;
 };

@@ -29,6 +29,9 @@ struct SessionOptions {
   uint32_t tokens_per_page = 256;
   Dtype kv_dtype = Dtype::kFp16;
   uint32_t kv_pages = 64;       // arena size in pages
+  // The host arena's pages (KvCacheOptions::huge_pages): 2 MiB hugetlb pages
+  // when the machine has them free, unless kOff.
+  HugePages kv_huge_pages = HugePages::kAuto;
   // The attention window; unset: the checkpoint's config (sliding_window).
   std::optional<uint32_t> sliding_window;
   bool use_daemon = true;
