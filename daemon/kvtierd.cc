@@ -61,9 +61,10 @@ ABSL_FLAG(std::string, frontend_copy_bytes, "256KiB",
           "a GET or PUT of at most this many bytes whose pages are all in RAM is copied on "
           "the frontend thread, without a copy-engine round trip (0: never; at most 16MiB)");
 ABSL_FLAG(std::string, eviction, "lru",
-          "eviction policy: lru, or 2q (pages read or PUT again are protected from a flood of "
-          "one-off pages; docs/OPERATIONS.md, \"Eviction policies\"); one for every tier, or per "
-          "tier as host=2q,nvme=lru");
+          "eviction policy: lru; 2q (pages read or PUT again are protected from a flood of "
+          "one-off pages); or arc (2q whose protected share adapts, as ARC's); "
+          "docs/OPERATIONS.md, \"Eviction policies\"; one for every tier, or per tier as "
+          "host=2q,nvme=lru");
 ABSL_FLAG(std::string, hbm_bytes, "0", "HBM (GPU) tier capacity, e.g. 16GiB; 0 = no HBM tier");
 ABSL_FLAG(std::string, hbm_device, "auto", "device backend: auto (CUDA when a GPU is present and --hbm_bytes > 0, else emulated), cuda, emulated, none");
 ABSL_FLAG(int, hbm_device_ordinal, 0, "CUDA device of the HBM tier and of client GPU buffers");

@@ -105,7 +105,8 @@ def main(out, duration):
             if a and b:
                 ma, mb = a[len(a) // 2], b[len(b) // 2]
                 check(f"{req.upper()} p99", mb <= 1.2 * ma,
-                      f"last minute {mb:.0f} us vs first ten minutes {ma:.0f} us")
+                      f"last minute {mb:.0f} us vs first ten minutes {ma:.0f} us "
+                      "(medians of 10 s windows)")
     plot(out, rows)
     ok = all(checks)
     print(f"soak: {'PASS' if ok else 'FAIL'}")

@@ -174,14 +174,15 @@ TEST_P(ReservePromotionTest, LeasesDoNotTakeReservedRoom) {
   EXPECT_EQ(CountIn("victim", 0, 0, 8), reserved() ? 8u : 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    ReserveOnOff, ReservePromotionTest,
-    ::testing::Combine(::testing::Bool(),
-                       ::testing::Values(EvictionPolicy::kLru, EvictionPolicy::k2q)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param) ? "Reserved" : "Unreserved") + "_" +
-             std::string(EvictionPolicyName(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(ReserveOnOff, ReservePromotionTest,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(EvictionPolicy::kLru,
+                                                              EvictionPolicy::k2q,
+                                                              EvictionPolicy::kArc)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "Reserved" : "Unreserved") +
+                                  "_" + std::string(EvictionPolicyName(std::get<1>(info.param)));
+                         });
 
 }  // namespace
 }  // namespace kvtier::tiers

@@ -56,7 +56,8 @@ class PolicyTest : public ::testing::TestWithParam<EvictionPolicy> {
 };
 #define KVTIER_EVERY_POLICY(suite)                                                        \
   INSTANTIATE_TEST_SUITE_P(                                                               \
-      Policies, suite, ::testing::Values(EvictionPolicy::kLru, EvictionPolicy::k2q),      \
+      Policies, suite,                                                                    \
+      ::testing::Values(EvictionPolicy::kLru, EvictionPolicy::k2q, EvictionPolicy::kArc), \
       [](const ::testing::TestParamInfo<EvictionPolicy>& i) {                             \
         return std::string(EvictionPolicyName(i.param));                                  \
       })

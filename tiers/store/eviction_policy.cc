@@ -11,7 +11,7 @@
 namespace kvtier::tiers {
 namespace {
 
-constexpr EvictionPolicy kAll[] = {EvictionPolicy::kLru, EvictionPolicy::k2q};
+constexpr EvictionPolicy kAll[] = {EvictionPolicy::kLru, EvictionPolicy::k2q, EvictionPolicy::kArc};
 
 }  // namespace
 
@@ -19,6 +19,8 @@ absl::string_view EvictionPolicyName(EvictionPolicy p) {
   switch (p) {
     case EvictionPolicy::kLru: return "lru";
     case EvictionPolicy::k2q: return "2q";
+    case EvictionPolicy::kArc:
+      return "arc";
   }
   return "?";
 }

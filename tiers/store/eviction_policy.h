@@ -18,6 +18,14 @@
 //    out the pages that are read again. The replay study behind the
 //    parameters (protected 50%, ghost 50%) is in docs/BENCHMARKS.md
 //    ("Eviction policies").
+//  - arc: 2q whose protected share adapts per shard, in the manner of ARC
+//    (Megiddo & Modha, FAST 2003): pages falling back from protected and
+//    then evicted leave their fingerprints in a second ghost; a page PUT
+//    again while remembered by the first ghost (evicted from probation
+//    unreused) says recency was short of room, and shrinks the protected
+//    share by a page (more while the second ghost is the larger); one
+//    remembered by the second ghost says the reused pages were, and grows
+//    it. The share starts at 2q's and stays within [0, the shard's pages].
 //
 // A namespace's own picks (its quota, an operator's EVICT) and the pages of
 // a namespace holding a reserve in the tier walk that namespace's own list,
@@ -36,11 +44,14 @@
 
 namespace kvtier::tiers {
 
-enum class EvictionPolicy : uint8_t { kLru = 0, k2q = 1 };
+enum class EvictionPolicy : uint8_t { kLru = 0, k2q = 1, kArc = 2 };
 
-// "lru", "2q".
+// Whether the policy keeps a protected segment and a ghost (2q, arc).
+inline bool Segmented(EvictionPolicy p) { return p != EvictionPolicy::kLru; }
+
+// "lru", "2q", "arc".
 absl::string_view EvictionPolicyName(EvictionPolicy p);
-// The names, for messages: "lru, 2q".
+// The names, for messages: "lru, 2q, arc".
 std::string EvictionPolicyChoices();
 absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name);
 

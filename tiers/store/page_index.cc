@@ -161,6 +161,7 @@ void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, const Slot& slot, ui
   const uint8_t from = e->tier;
   if (tier > from) RememberEvictedLocked(e);  // demoted: evicted from `from`
   UnlinkLocked(e);
+  e->flags &= ~PageEntry::kWasProtected;  // of the old tier's lists
   e->slot = slot;
   e->tier = tier;
   e->stamp = stamp;
@@ -172,21 +173,42 @@ void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, const Slot& slot, ui
 void IndexShard::RememberEvictedLocked(const PageEntry* e) {
   if (e->tier >= tiers_.size()) return;
   TierLists& l = tiers_[e->tier];
-  if (l.policy != EvictionPolicy::k2q || l.Reserved(e->ns) || (e->flags & PageEntry::kProtected)) {
-    return;
-  }
+  if (!Segmented(l.policy) || l.Reserved(e->ns) || (e->flags & PageEntry::kProtected)) return;
+  // The two ghosts together hold at most ghost_share x the shard's pages
+  // (the larger gives way), so arc's second ghost costs no more memory.
   const size_t pages = l.all.size() + l.prot.size();
-  l.ghost.Push(Fingerprint(e), std::max<size_t>(1, static_cast<size_t>(pages * k2qGhostShare)));
+  const size_t cap = std::max<size_t>(1, static_cast<size_t>(pages * k2qGhostShare));
+  const bool second = l.policy == EvictionPolicy::kArc && (e->flags & PageEntry::kWasProtected);
+  Ghost& into = second ? l.ghost_prot : l.ghost;
+  Ghost& other = second ? l.ghost : l.ghost_prot;
+  into.Push(Fingerprint(e), cap > other.set.size() ? cap - other.set.size() : 1);
 }
 
 bool IndexShard::TierLists::Recall(const PageEntry* e) {
-  return policy == EvictionPolicy::k2q && !Reserved(e->ns) && ghost.Take(Fingerprint(e));
+  if (!Segmented(policy) || Reserved(e->ns)) return false;
+  const uint64_t f = Fingerprint(e);
+  if (ghost.Take(f)) {
+    if (policy == EvictionPolicy::kArc) {  // recency was short of room
+      const uint64_t step =
+          e->slot.bytes * std::max<uint64_t>(1, ghost_prot.set.size() / (ghost.set.size() + 1));
+      prot_cap_bytes -= std::min(prot_cap_bytes, step);
+    }
+    return true;
+  }
+  if (policy != EvictionPolicy::kArc || !ghost_prot.Take(f)) return false;
+  // The reused pages were.
+  const uint64_t step =
+      e->slot.bytes * std::max<uint64_t>(1, ghost.set.size() / (ghost_prot.set.size() + 1));
+  prot_cap_bytes = std::min(share_bytes, prot_cap_bytes + step);
+  return true;
 }
 
-void IndexShard::SetPolicyLocked(uint8_t tier, EvictionPolicy policy, uint64_t protected_cap) {
+void IndexShard::SetPolicyLocked(uint8_t tier, EvictionPolicy policy, uint64_t protected_cap,
+                                 uint64_t share_bytes) {
   TierLists& l = Lists(tier);
   l.policy = policy;
   l.prot_cap_bytes = protected_cap;
+  l.share_bytes = share_bytes;
 }
 
 size_t IndexShard::ProtectedLocked(uint8_t tier) const {
@@ -194,7 +216,8 @@ size_t IndexShard::ProtectedLocked(uint8_t tier) const {
 }
 
 size_t IndexShard::GhostLocked(uint8_t tier) const {
-  return tier < tiers_.size() ? tiers_[tier].ghost.set.size() : 0;
+  return tier < tiers_.size() ? tiers_[tier].ghost.set.size() + tiers_[tier].ghost_prot.set.size()
+                              : 0;
 }
 
 void IndexShard::Ghost::Push(uint64_t f, size_t cap) {
@@ -243,8 +266,8 @@ void IndexShard::LinkLocked(PageEntry* e, bool protect) {
   }
   own.PushFront(e);
   const PageEntry* first = l.First();
-  if (protect && l.policy == EvictionPolicy::k2q) {
-    e->flags |= PageEntry::kProtected;
+  if (protect && Segmented(l.policy)) {
+    e->flags = (e->flags | PageEntry::kProtected) & ~PageEntry::kWasProtected;
     l.prot.PushFront(e);
     l.prot_bytes += e->slot.bytes;
     // Protected beyond its share: this shard's oldest protected pages fall
@@ -255,7 +278,7 @@ void IndexShard::LinkLocked(PageEntry* e, bool protect) {
       PageEntry* d = l.prot.tail();
       l.prot.Remove(d);
       l.prot_bytes -= std::min<uint64_t>(l.prot_bytes, d->slot.bytes);
-      d->flags &= ~PageEntry::kProtected;
+      d->flags = (d->flags & ~PageEntry::kProtected) | PageEntry::kWasProtected;
       d->stamp = std::max(d->stamp, e->stamp);
       RelinkByStamp(l.ListFor(d->ns), d);
       l.all.PushFront(d);
@@ -306,8 +329,8 @@ Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_
   };
   if (ns != 0) return scan_own(ns);
   // Namespaces in the tier list have no reserve here: no headroom to ask.
-  Victim best = ScanList(l.all, l.policy == EvictionPolicy::k2q ? &l.prot : nullptr, scan_limit,
-                         filter, UINT64_MAX);
+  Victim best =
+      ScanList(l.all, Segmented(l.policy) ? &l.prot : nullptr, scan_limit, filter, UINT64_MAX);
   for (NamespaceId id : l.reserved) {
     Victim v = scan_own(id);
     if (v.BetterThan(best)) best = v;
@@ -366,11 +389,11 @@ void PageIndex::MarkReserved(uint8_t tier, NamespaceId ns) {
 }
 
 void PageIndex::SetPolicy(uint8_t tier, EvictionPolicy policy, uint64_t bytes) {
-  const auto cap = static_cast<uint64_t>(static_cast<double>(bytes) / shards_.size() *
-                                         k2qProtectedShare);
+  const uint64_t share = bytes / shards_.size();
+  const auto cap = static_cast<uint64_t>(static_cast<double>(share) * k2qProtectedShare);
   for (auto& shard : shards_) {
     absl::MutexLock lock(&shard->mu);
-    shard->SetPolicyLocked(tier, policy, cap);
+    shard->SetPolicyLocked(tier, policy, cap, share);
   }
 }
 

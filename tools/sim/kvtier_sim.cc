@@ -55,11 +55,12 @@ ABSL_FLAG(double, low_watermark, 0.90, "as kvtierd --low_watermark");
 ABSL_FLAG(bool, promote_on_get, true, "as kvtierd --promote_on_get");
 ABSL_FLAG(std::string, nvme_admission, "all", "as kvtierd --nvme_admission: all or reused");
 ABSL_FLAG(std::string, write_policy, "write-back", "as kvtierd --write_policy");
-ABSL_FLAG(uint32_t, index_shards, 16,
-          "the store's index shards (kvtierd: 16); 2q keeps its protected share and its ghost "
-          "per shard, which on tiers of a few hundred pages costs hit rate against one shard");
+ABSL_FLAG(
+    uint32_t, index_shards, 16,
+    "the store's index shards (kvtierd: 16); 2q and arc keep their protected share and ghosts "
+    "per shard, which on tiers of a few hundred pages costs hit rate against one shard");
 ABSL_FLAG(std::string, eviction, "lru",
-          "eviction policies to replay side by side, comma-separated (lru, 2q; as kvtierd "
+          "eviction policies to replay side by side, comma-separated (lru, 2q, arc; as kvtierd "
           "--eviction, each for every tier): LRU always runs as the baseline, and each other "
           "policy adds a column with the share of the LRU -> Belady gap it closes");
 ABSL_FLAG(uint32_t, batch_pages, 32,

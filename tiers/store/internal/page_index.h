@@ -91,6 +91,9 @@ struct alignas(64) PageEntry {
   // On its tier's protected list (2q: reused since it entered the tier);
   // never set under lru or for a namespace with a reserve in the tier.
   static constexpr uint8_t kProtected = 32;
+  // Fell back from its tier's protected list to probation (arc: its
+  // eviction goes to the second ghost); cleared when protected again.
+  static constexpr uint8_t kWasProtected = 64;
   bool detached() const { return flags & kDetached; }
   bool clean() const { return flags & kHasBackup; }
 };
@@ -200,11 +203,17 @@ class IndexShard {
   // `e` is about to leave its tier by eviction (then DetachLocked): under 2q
   // a probation page leaves its fingerprint in the tier's ghost.
   void RememberEvictedLocked(const PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // The tier's policy and, for 2q, the bytes of this shard's protected
-  // pages beyond which the oldest fall back to probation; set before the
-  // tier holds pages (TierManager's constructor), fixed afterwards.
-  void SetPolicyLocked(uint8_t tier, EvictionPolicy policy, uint64_t protected_cap)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The tier's policy and, for 2q and arc, the bytes of this shard's
+  // protected pages beyond which the oldest fall back to probation (arc:
+  // where that limit starts; it then moves within [0, share_bytes], this
+  // shard's share of the tier); set before the tier holds pages
+  // (TierManager's constructor), fixed afterwards.
+  void SetPolicyLocked(uint8_t tier, EvictionPolicy policy, uint64_t protected_cap,
+                       uint64_t share_bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // arc: this shard's protected limit in `tier` now (tests).
+  uint64_t ProtectedCapLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return tier < tiers_.size() ? tiers_[tier].prot_cap_bytes : 0;
+  }
   // Namespace `ns` has a reserve in `tier`: its pages there stay out of the
   // tier list. Call before ns has pages (AddNamespace); fixed afterwards.
   void MarkReservedLocked(uint8_t tier, NamespaceId ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -227,7 +236,8 @@ class IndexShard {
   // its lists (backups of hot RAM pages are the NVMe tier's cheapest room).
   PageEntry* FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Pages of `tier` on its protected list, and fingerprints in its ghost (2q).
+  // Pages of `tier` on its protected list, and fingerprints in its ghosts
+  // (2q, arc).
   size_t ProtectedLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   size_t GhostLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
@@ -285,12 +295,15 @@ class IndexShard {
     // kvtier-sim and put an atomic shared by every shard on each read.)
     uint64_t prot_bytes = 0;
     uint64_t prot_cap_bytes = UINT64_MAX;
-    Ghost ghost;
+    uint64_t share_bytes = UINT64_MAX;  // arc: the most prot_cap_bytes may grow to
+    Ghost ghost;                        // evicted from probation without having been protected
+    Ghost ghost_prot;                   // arc: evicted after falling back from protected
     // The page a tier-wide pick looks at first: probation's tail, else
     // protected's (the oldest-page hint's page).
     PageEntry* First() const { return all.empty() ? prot.tail() : all.tail(); }
-    // 2q: whether the ghost remembers `e` (a recent eviction from
-    // probation); it forgets it then.
+    // 2q, arc: whether a ghost remembers `e` (a recent eviction from
+    // probation); it forgets it then, and under arc moves the protected
+    // limit (eviction_policy.h).
     bool Recall(const PageEntry* e);
     std::vector<NsList> by_ns;          // every page, by namespace; grown on demand
     std::vector<NamespaceId> reserved;  // namespaces with a reserve here
