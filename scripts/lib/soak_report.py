@@ -130,7 +130,7 @@ set ylabel 'MiB'
 plot '{data}' u 1:2 w l t 'RSS', '' u 1:5 w l t 'NVMe dir (data + RocksDB)'
 set ylabel 'count'
 plot '{data}' u 1:3 w l t 'open fds', '' u 1:4 w l t 'threads'
-set ylabel 'p99 (us, since start)'
+set ylabel 'p99 (us, per 10 s window)'
 set logscale y
 plot '{data}' u 1:6 w l t 'GET', '' u 1:7 w l t 'PUT', '' u 1:8 w l t 'LOOKUP'
 unset multiplot
