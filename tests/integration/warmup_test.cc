@@ -276,6 +276,11 @@ TEST_F(WarmupTest, HugetlbArenaRegistersByDescriptorAndServesGets) {
   ASSERT_TRUE(c);
   const uint64_t size = 5 * kMiB + 4096;
   auto buf = ShmBuffer::Create(size, "", HugePages::kOn);
+  // Tests run in parallel: a daemon's host tier (--hugepages=auto) or a
+  // decoder's arena may take the pages reserved here first.
+  if (!buf.ok() && absl::IsResourceExhausted(buf.status()) &&
+      kvtier::testing::HugetlbReserve::Free() < 3)
+    GTEST_SKIP() << "another process took the reserved hugetlb pages: " << buf.status();
   ASSERT_TRUE(buf.ok()) << buf.status();
   ASSERT_TRUE((*buf)->huge_pages());
   EXPECT_EQ((*buf)->size(), size);

@@ -20,8 +20,8 @@ namespace kvtier {
 // matters: every new mapping of a 4 KiB-page buffer pays one fault per page
 // at its first access (on a VM with lazily mapped guest pages, ~20 us each:
 // ~0.5 s for 72 MiB), once in the client and again in the daemon; with 2 MiB
-// pages that is 512x fewer faults, so a fresh process's first restore costs
-// about what a warm one does (docs/BENCHMARKS.md, "the first touch").
+// pages that is 512x fewer faults, and a fresh process's first restore comes
+// close to a warm one (docs/BENCHMARKS.md, "the first touch on hugetlb pages").
 enum class HugePages : uint8_t {
   kOff,   // a POSIX shm object
   kAuto,  // hugetlb pages if the machine has enough free, else kOff's object

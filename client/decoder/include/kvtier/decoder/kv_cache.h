@@ -36,9 +36,9 @@ struct KvCacheOptions {
   bool on_gpu = false;
   int gpu = 0;
   // The shared-memory arena's pages (not on_gpu): kAuto takes 2 MiB hugetlb
-  // pages when the machine has enough free (vm.nr_hugepages), which makes a
-  // fresh process's first restore cost about what later ones do
-  // (ShmBuffer's HugePages).
+  // pages when the machine has enough free (vm.nr_hugepages), which brings a
+  // fresh process's first restore close to what later ones cost (ShmBuffer's
+  // HugePages).
   HugePages huge_pages = HugePages::kAuto;
 
   absl::Status Validate() const;
