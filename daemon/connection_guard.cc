@@ -32,6 +32,8 @@ namespace kvtier::daemon {
 namespace {
 
 constexpr char kZapEndpoint[] = "inproc://zeromq.zap.01";
+// Trims after an unauthenticated connection closes, a second apart (Loop).
+constexpr int kTrimsAfterClose = 3;
 
 // A connection's peer as the guard counts it: "uid N" over ipc, "tcp ADDR"
 // over tcp. pid: the ipc peer's (0 for tcp).
@@ -144,7 +146,8 @@ struct ConnectionGuard::Impl {
   // ZAP successes seen before their connection's ACCEPTED (not expected:
   // libzmq emits ACCEPTED first; kept so counts never go wrong).
   absl::flat_hash_map<std::string, size_t> early_auth;
-  bool trim_due = false;
+  // Trims still owed since an unauthenticated connection closed (Loop).
+  int trims_due = 0;
   absl::Time last_trim = absl::InfinitePast();
   absl::Time last_close = absl::InfinitePast();  // of an unauthenticated connection
   absl::Time log_window = absl::InfinitePast();
@@ -199,12 +202,14 @@ void ConnectionGuard::Impl::Loop() {
     // (libzmq's handshake buffers): at most once a second, and only once
     // none closed for 250 ms, since libzmq frees a connection's buffers
     // just after it reports the connection closed (a trim right at the
-    // event would miss the last connection's frame).
+    // event would miss the last connection's frame). Under load the I/O
+    // thread may free it later still (a 16 MiB frame was kept once in CI),
+    // so each close owes kTrimsAfterClose trims a second apart.
     const absl::Time now = absl::Now();
-    if (trim_due && now - last_trim >= absl::Seconds(1) &&
+    if (trims_due > 0 && now - last_trim >= absl::Seconds(1) &&
         now - last_close >= absl::Milliseconds(250)) {
       malloc_trim(0);
-      trim_due = false;
+      --trims_due;
       last_trim = now;
     }
   }
@@ -282,7 +287,7 @@ void ConnectionGuard::Impl::Disconnected(int fd) {
           " ms without authentication (no or wrong credentials, a client older than this "
           "daemon, or --handshake_timeout_ms)"));
     }
-    trim_due = true;
+    trims_due = kTrimsAfterClose;
     last_close = absl::Now();
   }
   conns.erase(it);

@@ -73,6 +73,13 @@ int main(int argc, char** argv) {
     Write(dir, "register", r);
     r.mutable_register_buffer()->set_shm_name("no-slash");
     Write(dir, "bad_register_name", r);
+    // By descriptor (an unnamed memfd, e.g. a hugetlb arena): the name is a
+    // label and may be empty.
+    r.mutable_register_buffer()->set_shm_name("");
+    r.mutable_register_buffer()->set_fd_ticket(std::string(16, '\x5a'));
+    Write(dir, "register_fd_ticket", r);
+    r.mutable_register_buffer()->set_fd_ticket(std::string(15, '\x5a'));
+    Write(dir, "bad_register_fd_ticket", r);
   }
   {
     Request r = Base(3);

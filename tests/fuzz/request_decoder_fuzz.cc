@@ -71,9 +71,14 @@ void CheckAccepted(const kvtier::daemon::DecodedRequest& d, size_t frames, const
     case Request::kRegisterBuffer: {
       const auto& rb = r.register_buffer();
       Require(rb.size() > 0);
-      if (rb.kind() == kvtier::wire::BUFFER_SHM) {
+      if (rb.kind() == kvtier::wire::BUFFER_SHM && !rb.fd_ticket().empty()) {
+        // by descriptor: a 16-byte ticket; the name is only a label, maybe empty
+        Require(rb.fd_ticket().size() == 16);
+        Require(rb.shm_name().size() <= 255 && rb.shm_name().find('\0') == std::string::npos);
+      } else if (rb.kind() == kvtier::wire::BUFFER_SHM) {
         Require(rb.shm_name().size() >= 2 && rb.shm_name()[0] == '/');
-      } else {  // a GPU buffer: a device handle and no shm name
+      } else {
+        Require(rb.fd_ticket().empty());  // a GPU buffer: a device handle and no shm name
         Require(!rb.device_handle().empty() && rb.device_handle().size() <= 256);
         Require(rb.shm_name().empty());
       }
