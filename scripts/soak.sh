@@ -12,16 +12,20 @@
 # - every RESTART_S (default DURATION/3, at least 60 s) the daemon is
 #   restarted, SIGTERM and SIGKILL in turn, after which every durable ledger
 #   page must be found byte for byte;
-# - every 10 s: RSS, open fds, threads, the NVMe index's RocksDB size, index
+# - every 10 s: RSS (and RssAnon), open fds (and how many are sockets and
+#   the NVMe index's RocksDB files), threads, the NVMe directory's size, index
 #   pages, p50/p99 per request type over that 10 s window (from the bucket
 #   counts the daemon's /metrics endpoint gives between two samples: the
 #   latencies of STATS are since the daemon started, which hides a trend)
 #   and the cluster's memory (all nodes' used_memory) to OUT_DIR/soak.csv
 #   (and soak.png with gnuplot).
 # Pass (scripts/lib/soak_report.py): 0 failed, 0 corrupt, 0 ledger pages
-# lost; per daemon lifetime after its first minute, RSS growing <= 5% per
-# hour (least squares), fds not growing (the last third of a lifetime at most 4
-# above the first: RocksDB's files come and go), threads flat (max - min <= 2); GET/PUT/LOOKUP
+# lost; per daemon lifetime after its warm-up (its first minute, and a minute
+# after the shared cache first published: the NVMe tier full, every part of
+# the daemon running), RSS growing <= 5% per
+# hour (least squares), fds not growing (the last third of a lifetime at most 1
+# above the first, RocksDB's own files at most 4: they come and go with its
+# flushes and compactions), threads flat (max - min <= 2); GET/PUT/LOOKUP
 # p99 of the last minute's 10 s windows (their median) within 20% of the
 # first ten minutes' after the first minute (only judged for runs of 20
 # minutes and more). Exit 0 on pass, 1 on a failed
@@ -99,11 +103,16 @@ start_driver() {
     >>"$OUT/driver-$EPOCH.jsonl" 2>>"$OUT/driver.err" &
   DRIVER=$!
 }
-sample() {  # one CSV row: t, epoch, rss_kb, fds, threads, rocksdb_kb, index_pages, p50/p99 x3, cluster_kb
-  local t=$1 rss fds thr rdb stats cluster=0 port used
+sample() {  # one CSV row: the columns of the header below
+  local t=$1 rss anon fds sock rfd thr rdb stats cluster=0 port used
   rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$DAEMON/status" 2>/dev/null || echo 0)
+  anon=$(awk '/^RssAnon:/ {print $2}' "/proc/$DAEMON/status" 2>/dev/null || echo 0)
   thr=$(awk '/^Threads:/ {print $2}' "/proc/$DAEMON/status" 2>/dev/null || echo 0)
   fds=$(ls "/proc/$DAEMON/fd" 2>/dev/null | wc -l)
+  # What the fds are: sockets (clients, the cluster) and the NVMe index's
+  # RocksDB files (table files come and go with flushes and compactions).
+  sock=$(find "/proc/$DAEMON/fd" -lname 'socket:*' 2>/dev/null | wc -l)
+  rfd=$(find "/proc/$DAEMON/fd" -lname "$TMP/state/nvme/*" ! -lname '*.data' 2>/dev/null | wc -l)
   rdb=$(du -sk "$TMP/state/nvme" 2>/dev/null | awk '{print $1}')
   stats=$("$CTL" --endpoint="ipc://$SOCK" --tenant=ops --token=ops-token-012345 stats --json 2>/dev/null || echo '{}')
   # The shared cache's memory, all nodes (bounded by REDIS_CLUSTER_MAXMEMORY).
@@ -114,9 +123,9 @@ sample() {  # one CSV row: t, epoch, rss_kb, fds, threads, rocksdb_kb, index_pag
     done
   fi
   python3 - "$t" "$EPOCH" "$rss" "$fds" "$thr" "${rdb:-0}" "$stats" "$cluster" "$METRICS_PORT" \
-    "$OUT/.buckets.json" >>"$OUT/soak.csv" <<'PY'
+    "$OUT/.buckets.json" "$anon" "$sock" "$rfd" >>"$OUT/soak.csv" <<'PY'
 import json, re, sys, urllib.request
-t, epoch, rss, fds, thr, rdb, raw, cluster, port, prev_file = sys.argv[1:]
+t, epoch, rss, fds, thr, rdb, raw, cluster, port, prev_file, anon, sock, rfd = sys.argv[1:]
 try:
     s = json.loads(raw)
 except ValueError:
@@ -161,12 +170,12 @@ for req in ("LOOKUP", "GET", "PUT"):
     cur = now.get(req, [])
     row += [f"{window_quantile(cur, prev.get(req), 0.5):.0f}",
             f"{window_quantile(cur, prev.get(req), 0.99):.0f}"]
-row.append(cluster)
+row += [cluster, anon, sock, rfd, str(s.get("shared_cache", {}).get("published", 0))]
 print(",".join(row))
 PY
 }
 
-echo "t_s,epoch,rss_kb,fds,threads,nvme_dir_kb,index_pages,lookup_p50_us,lookup_p99_us,get_p50_us,get_p99_us,put_p50_us,put_p99_us,cluster_kb" >"$OUT/soak.csv"
+echo "t_s,epoch,rss_kb,fds,threads,nvme_dir_kb,index_pages,lookup_p50_us,lookup_p99_us,get_p50_us,get_p99_us,put_p50_us,put_p99_us,cluster_kb,rss_anon_kb,fds_socket,fds_rocksdb,published" >"$OUT/soak.csv"
 : >"$OUT/kvtierd.log"
 : >"$OUT/driver.err"
 START=$(date +%s)

@@ -98,7 +98,13 @@ zmq::socket_t& Conversation::Socket(int peer) {
     const int t = PeerTenant(peer);
     sockets_[peer]->set(zmq::sockopt::plain_username, std::string(kTenantName[t]));
     sockets_[peer]->set(zmq::sockopt::plain_password, std::string(kTenantToken[t]));
-    sockets_[peer]->connect(daemon_.endpoint());
+    try {
+      sockets_[peer]->connect(daemon_.endpoint());
+    } catch (const zmq::error_t& e) {  // say why, not just "deadly signal"
+      std::fprintf(stderr, "conversation_fuzz: peer %d cannot connect to %s: %s (errno %d)\n", peer,
+                   daemon_.endpoint().c_str(), e.what(), e.num());
+      std::abort();
+    }
   }
   return *sockets_[peer];
 }

@@ -109,6 +109,26 @@ TEST_F(SealTest, RoundTripsAtSeveralSizes) {
   }
 }
 
+// A publisher recycles record buffers: sealing into one that held a larger
+// or a smaller record (of another page, with other bytes) gives a record that
+// opens as the new page only, with nothing of the old one left in it.
+TEST_F(SealTest, SealIntoARecycledBufferLeavesNothingOfTheOldRecord) {
+  std::string buf;
+  ASSERT_TRUE(SealInto(keys_.current, kNs, Key(7), Key(8), Body(65536, 9), &buf).ok());
+  for (size_t n : {size_t{4096}, size_t{65536}, size_t{65536 + 100}, size_t{0}}) {
+    SCOPED_TRACE(n);
+    const std::string body = Body(n, static_cast<uint8_t>(n + 3));
+    ASSERT_TRUE(SealInto(keys_.current, kNs, Key(1), Key(2), body, &buf).ok());
+    ASSERT_EQ(buf.size(), kSealOverheadBytes + n);
+    std::vector<uint8_t> dst(n + 1, 0xee);
+    auto opened = Open(keys_, buf, kNs, Key(1), n, dst.data(), nullptr);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    EXPECT_EQ(opened->parent, Key(2));
+    EXPECT_EQ(std::string(dst.begin(), dst.begin() + n), body);
+    EXPECT_EQ(OpenAs(keys_, buf, n, kNs, Key(7)), OpenFailure::kAuthentication);
+  }
+}
+
 TEST_F(SealTest, NullFailurePointerIsAllowed) {
   const std::string rec = SealOrDie(keys_.current, Body(10));
   std::vector<uint8_t> dst(10);

@@ -6,8 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "kvtier/status_macros.h"
+#include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
 namespace kvtier::tiers::nvme {
@@ -129,6 +131,8 @@ absl::StatusOr<uint64_t> CountPageKeys(rocksdb::DB* db) {
   return n;
 }
 
+constexpr size_t kBlockCacheBytes = 2 << 20;
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& dir,
@@ -145,6 +149,14 @@ absl::StatusOr<std::unique_ptr<NvmeIndex>> NvmeIndex::Open(const std::string& di
   // the first flush (the soak's hour run, docs/BENCHMARKS.md), which looks
   // like a leak and costs 56 MiB per daemon for nothing.
   options.write_buffer_size = 8 << 20;
+  // An explicit, small block cache: RocksDB's default is 8 MiB per DB, which
+  // the reads before each delete (DeleteIf) filled over the soak's first
+  // twenty minutes, most of its RSS growth after warm-up (a heaptrack run,
+  // docs/BENCHMARKS.md). Index reads are rare next to page reads; the table
+  // files are in the page cache anyway.
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(kBlockCacheBytes);
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   // A truncated WAL tail after a crash is expected, not corruption.
   options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
   rocksdb::DB* db = nullptr;

@@ -176,6 +176,16 @@ absl::Status RedisCluster::Refresh() {
   return s;
 }
 
+absl::Status RedisCluster::ConnectMasters() {
+  absl::MutexLock lock(&mu_);
+  absl::Status first;
+  for (const MasterInfo& m : map_.masters()) {
+    absl::StatusOr<Connection*> conn = ConnectionTo(m.endpoint);
+    if (!conn.ok() && first.ok()) first = conn.status();
+  }
+  return first;
+}
+
 void RedisCluster::SweepConnections() {
   parked_.clear();
   absl::erase_if(conns_, [](const auto& kv) { return kv.second->broken(); });

@@ -153,6 +153,11 @@ class RedisCluster {
 
   // Reloads the slot map from CLUSTER SLOTS now.
   absl::Status Refresh() ABSL_LOCKS_EXCLUDED(mu_);
+  // Opens the connection to every master of the slot map now (otherwise
+  // each opens at the first key routed to it), so a long-running client's
+  // connections are all there from its start. The first error, after
+  // trying every master; a master that fails is connected lazily later.
+  absl::Status ConnectMasters() ABSL_LOCKS_EXCLUDED(mu_);
   SlotMap slot_map() const ABSL_LOCKS_EXCLUDED(mu_);  // a copy
   RedisClusterStats stats() const;
   // The nodes ("host:port") down now: their keys fail at once until their

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "spdlog/spdlog.h"
 #include "tiers/shared_cache/batch_queue.h"
 #include "tiers/shared_cache/cluster_link.h"
@@ -32,6 +33,8 @@ absl::Status RedisSharedCacheConfig::Validate() const {
   if (absl::Status s = cluster.Validate(); !s.ok()) return s;
   if (max_page_bytes == 0) return absl::InvalidArgumentError("shared cache: max_page_bytes is 0");
   if (readers == 0) return absl::InvalidArgumentError("shared cache: readers must be at least 1");
+  if (max_publish_batch_bytes == 0)
+    return absl::InvalidArgumentError("shared cache: max_publish_batch_bytes is 0");
   if (min_backoff <= absl::ZeroDuration() || max_backoff < min_backoff)
     return absl::InvalidArgumentError("shared cache: backoff must be 0 < min <= max");
   return absl::OkStatus();
@@ -111,6 +114,11 @@ class RedisSharedCache final : public SharedCache {
   // After a burst of publishes has drained, gives what the allocator kept of
   // it back to the system (publish worker only).
   void TrimAfterPublishBurst(uint64_t freed_bytes);
+  // Record buffers for Publish, recycled: a buffer from the spares (or a new
+  // one), and back to them after it is stored, up to kSpareRecordBytes;
+  // returns the bytes freed instead.
+  std::string TakeRecordBuffer();
+  uint64_t ReturnRecordBuffers(std::vector<PublishJob>& batch);
   void CountOpenFailure(OpenFailure f);
   // Each job's link, grouped: jobs of one link share a pipeline.
   template <typename Job>
@@ -126,8 +134,13 @@ class RedisSharedCache final : public SharedCache {
   Counter forget_errors_{0};
   // Publish jobs queued and finished (sent or dropped), in queue order.
   Counter publishes_queued_{0}, publishes_done_{0};
+  Counter publish_bytes_waiting_{0};  // sealed bytes queued, not yet stored
   std::atomic<bool> stopped_{false};
   std::atomic<bool> logged_reject_{false}, logged_oversized_{false};
+  // Sealed records stored and kept for the next ones (TakeRecordBuffer).
+  absl::Mutex spare_mu_;
+  std::vector<std::string> spare_records_ ABSL_GUARDED_BY(spare_mu_);
+  uint64_t spare_bytes_ ABSL_GUARDED_BY(spare_mu_) = 0;
   // TrimAfterPublishBurst's (publish worker only).
   uint64_t untrimmed_publish_bytes_ = 0;
   absl::Time last_trim_ = absl::InfinitePast();
@@ -147,9 +160,16 @@ RedisSharedCache::RedisSharedCache(const RedisSharedCacheConfig& config) : confi
     own.cluster.password = credentials.password;
     ns_links_[ns] = std::make_unique<ClusterLink>(own, channels);
   }
-  // Connect now, so the first requests do not pay for it; a cluster that
-  // does not answer leaves the link down (retried with backoff).
-  default_link_->Acquire(ClusterLink::kLookup);
+  // Connect now, every channel to every master, so the first requests do
+  // not pay for it and the daemon's connections (and fds) are all open from
+  // its start; a cluster that does not answer leaves the link down
+  // (retried with backoff) and later calls connect lazily. Tenants' own
+  // links (ns_credentials) connect at their first use.
+  for (size_t c = 0; c < channels; ++c) {
+    remote::RedisCluster* client = default_link_->Acquire(c);
+    if (client == nullptr) break;
+    (void)client->ConnectMasters();
+  }
   meta_ = std::make_unique<BatchQueue<MetaJob>>(
       1, /*max_batch_bytes=*/256, /*max_queued_bytes=*/config.max_lookup_queue,
       [this](size_t, std::vector<MetaJob>& batch) { RunMeta(batch); });
@@ -157,7 +177,7 @@ RedisSharedCache::RedisSharedCache(const RedisSharedCacheConfig& config) : confi
       config.readers, config.max_read_batch_bytes, /*max_queued_bytes=*/0,
       [this](size_t worker, std::vector<FetchJob>& batch) { RunFetch(worker, batch); });
   publishes_ = std::make_unique<BatchQueue<PublishJob>>(
-      1, config.max_read_batch_bytes, config.max_publish_queue_bytes,
+      1, config.max_publish_batch_bytes, config.max_publish_queue_bytes,
       [this](size_t, std::vector<PublishJob>& batch) { RunPublish(batch); });
 }
 
@@ -211,20 +231,22 @@ bool RedisSharedCache::Publish(absl::string_view ns, const PageKey& key, const P
     publish_drops_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  absl::StatusOr<std::string> sealed =
-      Seal(t.keys->current, ns, key, parent,
-           absl::string_view(static_cast<const char*>(bytes), n));
-  if (!sealed.ok()) {
+  PublishJob job;
+  job.value = TakeRecordBuffer();
+  if (!SealInto(t.keys->current, ns, key, parent,
+                absl::string_view(static_cast<const char*>(bytes), n), &job.value)
+           .ok()) {
     publish_drops_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  PublishJob job;
   job.link = t.link;
   job.redis_key = RecordKey(ns, key);
-  job.value = *std::move(sealed);
   job.page_bytes = n;
   job.bytes = job.value.size();
+  const uint64_t sealed_bytes = job.bytes;
+  publish_bytes_waiting_.fetch_add(sealed_bytes, std::memory_order_relaxed);
   if (!publishes_->Push(std::move(job))) {
+    publish_bytes_waiting_.fetch_sub(sealed_bytes, std::memory_order_relaxed);
     publish_drops_.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
@@ -265,28 +287,61 @@ void RedisSharedCache::RunPublish(std::vector<PublishJob>& batch) {
     publishes_done_.fetch_add(end - begin, std::memory_order_release);
     begin = end;
   }
+  uint64_t stored = 0;
+  for (const PublishJob& job : batch) stored += job.bytes;
+  publish_bytes_waiting_.fetch_sub(stored, std::memory_order_relaxed);
+  TrimAfterPublishBurst(ReturnRecordBuffers(batch));
+}
+
+// Enough spares for a burst's steady state (the soak publishes ~45 MB/s in
+// 4 MiB batches) without keeping a whole queue's worth (256 MiB) for good.
+constexpr uint64_t kSpareRecordBytes = 32ull << 20;
+
+std::string RedisSharedCache::TakeRecordBuffer() {
+  absl::MutexLock lock(&spare_mu_);
+  if (spare_records_.empty()) return std::string();
+  std::string r = std::move(spare_records_.back());
+  spare_records_.pop_back();
+  spare_bytes_ -= std::min<uint64_t>(spare_bytes_, r.capacity());
+  return r;
+}
+
+uint64_t RedisSharedCache::ReturnRecordBuffers(std::vector<PublishJob>& batch) {
   uint64_t freed = 0;
-  for (const PublishJob& job : batch) freed += job.bytes;
-  batch.clear();  // the sealed records go now, before a trim
-  TrimAfterPublishBurst(freed);
+  {
+    absl::MutexLock lock(&spare_mu_);
+    for (PublishJob& job : batch) {
+      if (spare_bytes_ + job.value.capacity() <= kSpareRecordBytes) {
+        spare_bytes_ += job.value.capacity();
+        spare_records_.push_back(std::move(job.value));
+      } else {
+        freed += job.value.capacity();
+      }
+    }
+  }
+  batch.clear();  // what was not kept goes now, before a trim
+  return freed;
 }
 
 // The evictor seals every page it publishes (a FLUSH, or NVMe filling up,
 // makes it publish thousands at once) faster than this worker stores them:
 // the queue holds up to max_publish_queue_bytes of sealed records, with the
-// batch's pipeline buffers on top. glibc keeps the freed burst in its arenas
-// (the soak's daemon held ~90 MB of free heap against ~8 MB live, its RSS
-// climbing with each larger burst), so once the queue has drained after at
-// least kTrimAfterBytes it is handed back, at most once a second.
+// batch's pipeline buffer on top. glibc keeps the freed burst in its
+// arenas (the soak's daemon held ~90 MB of free heap against ~8 MB live,
+// its RSS climbing with each larger burst). Record buffers are recycled up
+// to kSpareRecordBytes; what a larger burst freed beyond them is handed
+// back once at least kTrimAfterBytes were freed since the last trim and at
+// most one batch is still waiting, at most once a second (a trim is not
+// free: on this project's VMs the next burst faults every 4 KiB page back
+// in at ~30 us each). Waiting for a fully
+// drained queue (as before) almost never trimmed under steady eviction: a
+// heaptrack run saw every arena keep its high-water mark.
 void RedisSharedCache::TrimAfterPublishBurst(uint64_t freed_bytes) {
 #if defined(__GLIBC__)
   constexpr uint64_t kTrimAfterBytes = 16ull << 20;
   untrimmed_publish_bytes_ += freed_bytes;
-  // Drained: every publish queued so far is done (not publishes_->queued_bytes():
-  // the destructor's reset() runs the last batches with publishes_ null).
   if (untrimmed_publish_bytes_ < kTrimAfterBytes ||
-      publishes_done_.load(std::memory_order_acquire) !=
-          publishes_queued_.load(std::memory_order_acquire))
+      publish_bytes_waiting_.load(std::memory_order_relaxed) > config_.max_publish_batch_bytes)
     return;
   const absl::Time now = absl::Now();
   if (now - last_trim_ < absl::Seconds(1)) return;

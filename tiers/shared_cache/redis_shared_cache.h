@@ -46,6 +46,11 @@ struct RedisSharedCacheConfig {
   uint64_t max_read_batch_bytes = 32ull << 20;
   // Sealed records waiting to be stored; Publish beyond it is refused.
   uint64_t max_publish_queue_bytes = 256ull << 20;
+  // One publish pipeline (per node) holds at most this many record bytes:
+  // hiredis copies each record into its output buffer, so a bigger batch
+  // is more memory for no more throughput (64 records of 64 KiB already
+  // fill the link).
+  uint64_t max_publish_batch_bytes = 4ull << 20;
   // Contains/Forget requests waiting; beyond it they answer at once as
   // misses (Contains) or Unavailable (Forget).
   uint32_t max_lookup_queue = 4096;

@@ -109,6 +109,13 @@ std::string_view OpenFailureName(OpenFailure f) {
 absl::StatusOr<std::string> Seal(const SealKey& key, absl::string_view ns,
                                  const PageKey& key_of_page, const PageKey& parent,
                                  absl::string_view body) {
+  std::string record;
+  if (absl::Status s = SealInto(key, ns, key_of_page, parent, body, &record); !s.ok()) return s;
+  return record;
+}
+
+absl::Status SealInto(const SealKey& key, absl::string_view ns, const PageKey& key_of_page,
+                      const PageKey& parent, absl::string_view body, std::string* out) {
   if (ns.size() > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError("shared cache: namespace name over 4 GiB");
   }
@@ -116,10 +123,11 @@ absl::StatusOr<std::string> Seal(const SealKey& key, absl::string_view ns,
     return absl::InvalidArgumentError(
         absl::StrCat("shared cache: a page of ", body.size(), " bytes is over GCM's limit"));
   }
-  // Zero-filled once at its final size (C++20 has no resize without
-  // initialization); the cipher then writes every byte after the header.
-  std::string record(kSealOverheadBytes + body.size(), '\0');
-  uint8_t* p = reinterpret_cast<uint8_t*>(record.data());
+  // Sized once (C++20 has no resize without initialization: a fresh
+  // string is zero-filled, a recycled one keeps its old bytes); the header
+  // is written below and the cipher writes every byte after it.
+  out->resize(kSealOverheadBytes + body.size());
+  uint8_t* p = reinterpret_cast<uint8_t*>(out->data());
   StoreLe(kSealMagic, 4, p + kOffMagic);
   StoreLe(kSealVersion, 2, p + kOffVersion);
   StoreLe(0, 2, p + kOffReserved);
@@ -141,7 +149,7 @@ absl::StatusOr<std::string> Seal(const SealKey& key, absl::string_view ns,
       EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_AEAD_GET_TAG, kSealTagBytes, tag) != 1) {
     return absl::InternalError("shared cache: AES-256-GCM seal (OpenSSL) failed");
   }
-  return record;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<OpenedRecord> Open(const TenantKeys& keys, absl::string_view value,
