@@ -62,7 +62,8 @@ ABSL_FLAG(std::string, frontend_copy_bytes, "256KiB",
           "the frontend thread, without a copy-engine round trip (0: never; at most 16MiB)");
 ABSL_FLAG(std::string, eviction, "lru",
           "eviction policy: lru; 2q (pages read or PUT again are protected from a flood of "
-          "one-off pages); or arc (2q whose protected share adapts, as ARC's); "
+          "one-off pages); arc (2q whose protected share adapts, as ARC's); or s3fifo (a small "
+          "and a main FIFO, reads only mark pages, as S3-FIFO's); "
           "docs/OPERATIONS.md, \"Eviction policies\"; one for every tier, or per tier as "
           "host=2q,nvme=lru");
 ABSL_FLAG(std::string, hbm_bytes, "0", "HBM (GPU) tier capacity, e.g. 16GiB; 0 = no HBM tier");

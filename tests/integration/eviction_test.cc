@@ -98,7 +98,7 @@ TEST(EvictionFlagTest, AnUnknownPolicyOrTierIsRefusedAtStartNamingTheChoices) {
     std::string flag, says;
   };
   for (const Case& c : std::vector<Case>{
-           {"--eviction=fifo", "unknown eviction policy 'fifo' (choices: lru, 2q, arc)"},
+           {"--eviction=fifo", "unknown eviction policy 'fifo' (choices: lru, 2q, arc, s3fifo)"},
            {"--eviction=nvme=2q", "tier 'nvme', which this store does not have (its tiers: host)"},
            {"--eviction=host=lfu", "for tier 'host': unknown eviction policy 'lfu'"}}) {
     CommandResult r = RunCommand({KVTIERD_PATH, "--state_dir=" + dir.File("state"),

@@ -4,6 +4,7 @@
 // while down, with a doubling backoff), the whole cluster gone (every call
 // Unavailable, quickly).
 #include <gtest/gtest.h>
+#include <hiredis/hiredis.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tests/remote/cluster_fixture.h"
 #include "tiers/remote/crc16.h"
 #include "tiers/remote/redis_cluster.h"
@@ -157,6 +159,43 @@ TEST_F(RedisClusterFailureTest, KilledMasterFailsOverAndRoutingRecovers) {
   EXPECT_NE(*client_->slot_map().MasterOf(KeySlot(keys_[0])), victim);
   ExpectWritableAndReadable();
   EXPECT_GT(client_->stats().refreshes, 1u);
+}
+
+// A failover that leaves the old master running (CLUSTER FAILOVER on its
+// replica, as in an operator's maintenance, or a master that was too slow
+// for a moment under load, as in the hour soak): its keys follow the new
+// master, and the client closes its connection to the old one, now a
+// replica, instead of keeping one more idle connection per failover.
+TEST_F(RedisClusterFailureTest, TheConnectionToAMasterDemotedByAFailoverIsClosed) {
+  const std::string victim = *client_->slot_map().MasterOf(KeySlot(keys_[0]));
+  ExpectWritableAndReadable();  // a connection to every master
+  std::vector<std::string> nodes = client_->ConnectedNodes();
+  ASSERT_NE(std::find(nodes.begin(), nodes.end(), victim), nodes.end());
+  auto id = cluster_->Admin(victim, {"CLUSTER", "MYID"});
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto replicas =
+      cluster_->Admin(victim, {"CLUSTER", "REPLICAS", std::string((*id)->str, (*id)->len)});
+  ASSERT_TRUE(replicas.ok()) << replicas.status();
+  ASSERT_EQ((*replicas)->type, REDIS_REPLY_ARRAY);
+  ASSERT_GT((*replicas)->elements, 0u);
+  // "<id> <host:port@cport> slave ...": the replica's endpoint.
+  const std::vector<std::string> fields =
+      absl::StrSplit((*replicas)->element[0]->str, absl::ByAnyChar(" @"));
+  ASSERT_GE(fields.size(), 2u);
+  const std::string replica = fields[1];
+  ASSERT_TRUE(cluster_->Admin(replica, {"CLUSTER", "FAILOVER"}).ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  int unavailable = 0;
+  while (*client_->slot_map().MasterOf(KeySlot(keys_[0])) == victim && absl::Now() < deadline) {
+    (void)GetAllOk(keys_, &unavailable);  // a MOVED from the demoted node reloads the map
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  ASSERT_EQ(*client_->slot_map().MasterOf(KeySlot(keys_[0])), replica) << "no failover";
+  ExpectWritableAndReadable();
+  nodes = client_->ConnectedNodes();
+  EXPECT_EQ(std::find(nodes.begin(), nodes.end(), victim), nodes.end())
+      << "still connected to the demoted master " << victim;
+  EXPECT_NE(std::find(nodes.begin(), nodes.end(), replica), nodes.end());
 }
 
 // hiredis writes with write(2): a pipeline to a killed node raises SIGPIPE,

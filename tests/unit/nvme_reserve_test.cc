@@ -178,7 +178,8 @@ INSTANTIATE_TEST_SUITE_P(ReserveOnOff, ReservePromotionTest,
                          ::testing::Combine(::testing::Bool(),
                                             ::testing::Values(EvictionPolicy::kLru,
                                                               EvictionPolicy::k2q,
-                                                              EvictionPolicy::kArc)),
+                                                              EvictionPolicy::kArc,
+                                                              EvictionPolicy::kS3Fifo)),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "Reserved" : "Unreserved") +
                                   "_" + std::string(EvictionPolicyName(std::get<1>(info.param)));

@@ -67,6 +67,52 @@ TEST(EvictionPolicyTest, PagesReadAgainOutliveAFloodOfOneOffPagesUnder2q) {
   }
 }
 
+// s3fifo: a read only marks the page (it stays in the small FIFO); when
+// eviction reaches it, it moves to main instead of going, and outlives the
+// flood; the pages nobody read go.
+TEST(EvictionPolicyTest, S3FifoMovesReadPagesToMainWhenEvictionReachesThem) {
+  auto m = Manager(EvictionPolicy::kS3Fifo);
+  const NamespaceId a = AddNs(*m, "a"), b = AddNs(*m, "b");
+  Flood(*m, a, 0, 8);
+  Flood(*m, a, 50, 4);  // never read
+  for (uint64_t k = 0; k < 8; ++k) ASSERT_TRUE(m->PinForRead(a, Key(k)).has_value());
+  EXPECT_EQ(m->Snapshot().tiers[0].protected_pages, 0u) << "a read moved a page under the lock";
+  Flood(*m, b, 1000, 4 * kTierPages);
+  EXPECT_EQ(Present(*m, a, 0, 8), 8u);
+  EXPECT_EQ(Present(*m, a, 50, 4), 0u);
+  const TierSnapshot t = m->Snapshot().tiers[0];
+  EXPECT_EQ(t.eviction, EvictionPolicy::kS3Fifo);
+  EXPECT_EQ(t.protected_pages, 8u);
+  EXPECT_GT(t.ghost_entries, 0u);
+}
+
+// s3fifo's main is a FIFO with one bit of CLOCK: when it overflows, pages
+// read since they entered it go round again, the others fall back to the
+// small FIFO and go with the next flood.
+TEST(EvictionPolicyTest, S3FifoMainRequeuesPagesReadAgainAndLetsTheOthersGo) {
+  auto m = Manager(EvictionPolicy::kS3Fifo);
+  const NamespaceId a = AddNs(*m, "a"), b = AddNs(*m, "b");
+  const double low = testing::NoThreadConfig().low_watermark;
+  const auto main_pages = static_cast<uint64_t>(kTierPages * low * kS3FifoMainShare);
+  ASSERT_GE(main_pages, 8u);
+  const uint64_t half = main_pages / 2;
+  // Main filled: pages 0..main_pages-1, read once, then moved by a flood.
+  Flood(*m, a, 0, main_pages);
+  for (uint64_t k = 0; k < main_pages; ++k) ASSERT_TRUE(m->PinForRead(a, Key(k)).has_value());
+  Flood(*m, b, 1000, 4 * kTierPages);
+  ASSERT_EQ(Present(*m, a, 0, main_pages), main_pages);
+  // The older half is read again; then `half` newcomers, read once, push
+  // main over its share as the next flood moves them there.
+  for (uint64_t k = 0; k < half; ++k) ASSERT_TRUE(m->PinForRead(a, Key(k)).has_value());
+  Flood(*m, a, 500, half);
+  for (uint64_t k = 500; k < 500 + half; ++k) ASSERT_TRUE(m->PinForRead(a, Key(k)).has_value());
+  Flood(*m, b, 2000, 4 * kTierPages);
+  EXPECT_EQ(Present(*m, a, 0, half), half) << "read again: requeued";
+  EXPECT_EQ(Present(*m, a, 500, half), half) << "the newcomers reached main";
+  EXPECT_LT(Present(*m, a, half, main_pages - half), main_pages - half)
+      << "main kept pages nobody read since they entered it";
+}
+
 // A dedup PUT (the same page PUT again) is a reuse too.
 TEST(EvictionPolicyTest, APageStoredAgainIsProtectedUnder2q) {
   auto m = Manager(EvictionPolicy::k2q);
@@ -165,12 +211,12 @@ TEST(EvictionPolicyTest, TheFlagNamesTheChoices) {
     const char* says;
   };
   for (const Bad& b : std::vector<Bad>{
-           {"lfu", "unknown eviction policy 'lfu' (choices: lru, 2q, arc)"},
+           {"lfu", "unknown eviction policy 'lfu' (choices: lru, 2q, arc, s3fifo)"},
            {"", "--eviction is empty"},
            {"hbm=2q", "tier 'hbm', which this store does not have (its tiers: host, nvme)"},
            {"host=2q,host=lru", "names tier 'host' twice"},
            {"host=fifo",
-            "for tier 'host': unknown eviction policy 'fifo' (choices: lru, 2q, arc)"}}) {
+            "for tier 'host': unknown eviction policy 'fifo' (choices: lru, 2q, arc, s3fifo)"}}) {
     auto r = ParseEvictionFlag(b.value, tiers);
     ASSERT_FALSE(r.ok()) << b.value;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);

@@ -158,6 +158,9 @@ class RedisCluster {
   // connections are all there from its start. The first error, after
   // trying every master; a master that fails is connected lazily later.
   absl::Status ConnectMasters() ABSL_LOCKS_EXCLUDED(mu_);
+  // The nodes ("host:port") this client holds a connection to now, sorted
+  // (waits for a batch in progress).
+  std::vector<std::string> ConnectedNodes() const ABSL_LOCKS_EXCLUDED(mu_);
   SlotMap slot_map() const ABSL_LOCKS_EXCLUDED(mu_);  // a copy
   RedisClusterStats stats() const;
   // The nodes ("host:port") down now: their keys fail at once until their

@@ -11,7 +11,8 @@
 namespace kvtier::tiers {
 namespace {
 
-constexpr EvictionPolicy kAll[] = {EvictionPolicy::kLru, EvictionPolicy::k2q, EvictionPolicy::kArc};
+constexpr EvictionPolicy kAll[] = {EvictionPolicy::kLru, EvictionPolicy::k2q, EvictionPolicy::kArc,
+                                   EvictionPolicy::kS3Fifo};
 
 }  // namespace
 
@@ -21,6 +22,8 @@ absl::string_view EvictionPolicyName(EvictionPolicy p) {
     case EvictionPolicy::k2q: return "2q";
     case EvictionPolicy::kArc:
       return "arc";
+    case EvictionPolicy::kS3Fifo:
+      return "s3fifo";
   }
   return "?";
 }

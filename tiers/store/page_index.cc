@@ -138,6 +138,13 @@ void IndexShard::DetachLocked(PageEntry* e) {
 }
 
 void IndexShard::TouchLocked(PageEntry* e, uint64_t stamp, bool reused) {
+  const TierLists& l = Lists(e->tier);
+  if (LazyPromotion(l.policy) && !l.Reserved(e->ns)) {
+    // s3fifo: a read marks the page, and nothing moves under the lock;
+    // eviction looks at the mark (RequeueAccessedLocked).
+    if (reused) e->flags |= PageEntry::kAccessed;
+    return;
+  }
   const bool protect = reused || (e->flags & PageEntry::kProtected);
   UnlinkLocked(e);
   e->stamp = stamp;
@@ -147,6 +154,8 @@ void IndexShard::TouchLocked(PageEntry* e, uint64_t stamp, bool reused) {
 void IndexShard::RestampLocked(PageEntry* e, uint64_t stamp) {
   if (e->stamp >= stamp) return;
   TierLists& l = tiers_[e->tier];  // e is linked: its lists exist
+  if (LazyPromotion(l.policy) && !l.Reserved(e->ns)) return;  // s3fifo: reorders nothing
+  newest_stamp_ = std::max(newest_stamp_, stamp);
   NsList& own = l.by_ns[e->ns];
   const bool reserved = l.Reserved(e->ns);
   auto first = [&]() -> const PageEntry* { return reserved ? own.tail() : l.First(); };
@@ -177,7 +186,7 @@ void IndexShard::RememberEvictedLocked(const PageEntry* e) {
   // The two ghosts together hold at most ghost_share x the shard's pages
   // (the larger gives way), so arc's second ghost costs no more memory.
   const size_t pages = l.all.size() + l.prot.size();
-  const size_t cap = std::max<size_t>(1, static_cast<size_t>(pages * k2qGhostShare));
+  const size_t cap = std::max<size_t>(1, static_cast<size_t>(pages * GhostShare(l.policy)));
   const bool second = l.policy == EvictionPolicy::kArc && (e->flags & PageEntry::kWasProtected);
   Ghost& into = second ? l.ghost_prot : l.ghost;
   Ghost& other = second ? l.ghost : l.ghost_prot;
@@ -256,7 +265,8 @@ IndexShard::TierLists& IndexShard::Lists(uint8_t tier) {
 void IndexShard::LinkLocked(PageEntry* e, bool protect) {
   TierLists& l = Lists(e->tier);
   NsList& own = l.ListFor(e->ns);
-  e->flags &= ~PageEntry::kProtected;
+  newest_stamp_ = std::max(newest_stamp_, e->stamp);
+  e->flags &= ~(PageEntry::kProtected | PageEntry::kAccessed);
   if (l.Reserved(e->ns)) {
     // A new head is the newest page: only a list that was empty gets a new tail.
     const bool new_tail = own.empty();
@@ -276,6 +286,10 @@ void IndexShard::LinkLocked(PageEntry* e, bool protect) {
     // stays in stamp order and other shards' picks rank them as new.
     while (l.prot.size() > 1 && l.prot_bytes > l.prot_cap_bytes) {
       PageEntry* d = l.prot.tail();
+      if (d != e && (d->flags & PageEntry::kAccessed)) {  // s3fifo's CLOCK: once more round
+        RequeueInMainLocked(l, d);
+        continue;
+      }
       l.prot.Remove(d);
       l.prot_bytes -= std::min<uint64_t>(l.prot_bytes, d->slot.bytes);
       d->flags = (d->flags & ~PageEntry::kProtected) | PageEntry::kWasProtected;
@@ -287,6 +301,43 @@ void IndexShard::LinkLocked(PageEntry* e, bool protect) {
     l.all.PushFront(e);
   }
   if (l.First() != first) UpdateOldestLocked(e->tier);
+}
+
+void IndexShard::RequeueInMainLocked(TierLists& l, PageEntry* d) {
+  d->flags &= ~PageEntry::kAccessed;
+  l.prot.Remove(d);
+  d->stamp = std::max(d->stamp, newest_stamp_);
+  RelinkByStamp(l.ListFor(d->ns), d);
+  l.prot.PushFront(d);
+}
+
+void IndexShard::RequeueAccessedLocked(uint8_t tier, uint32_t window) {
+  TierLists& l = tiers_[tier];
+  const uint32_t want = std::max<uint32_t>(window, 1);
+  uint32_t passed = 0;
+  for (PageEntry* e = l.all.tail(); e != nullptr && passed < want;) {
+    PageEntry* newer = TierList::Newer(e);  // in small: the moves below never take it
+    if (e->flags & PageEntry::kAccessed) {
+      // Read since it came: on to main (whose unmarked overflow comes back
+      // to small's head, passed below as unmarked).
+      UnlinkLocked(e);
+      e->stamp = std::max(e->stamp, newest_stamp_);
+      LinkLocked(e, /*protect=*/true);
+    } else {
+      ++passed;
+    }
+    e = newer;
+  }
+  if (passed < want) {  // small holds too few: the pick reaches main's tail
+    bool moved = false;
+    for (size_t budget = l.prot.size(); budget > 0 && l.prot.size() > 1; --budget) {
+      PageEntry* d = l.prot.tail();
+      if (!(d->flags & PageEntry::kAccessed)) break;
+      RequeueInMainLocked(l, d);
+      moved = true;
+    }
+    if (moved) UpdateOldestLocked(tier);
+  }
 }
 
 void IndexShard::UnlinkLocked(PageEntry* e) {
@@ -318,8 +369,9 @@ void IndexShard::UpdateOldestLocked(uint8_t tier) {
 }
 
 Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
-                                    VictimFilter filter, const ReserveView* reserves) const {
+                                    VictimFilter filter, const ReserveView* reserves) {
   if (tier >= tiers_.size()) return Victim{};
+  if (ns == 0 && LazyPromotion(tiers_[tier].policy)) RequeueAccessedLocked(tier, scan_limit);
   const TierLists& l = tiers_[tier];
   auto scan_own = [&](NamespaceId id) {
     if (id >= l.by_ns.size() || l.by_ns[id].empty()) return Victim{};
@@ -390,7 +442,7 @@ void PageIndex::MarkReserved(uint8_t tier, NamespaceId ns) {
 
 void PageIndex::SetPolicy(uint8_t tier, EvictionPolicy policy, uint64_t bytes) {
   const uint64_t share = bytes / shards_.size();
-  const auto cap = static_cast<uint64_t>(static_cast<double>(share) * k2qProtectedShare);
+  const auto cap = static_cast<uint64_t>(static_cast<double>(share) * ProtectedShare(policy));
   for (auto& shard : shards_) {
     absl::MutexLock lock(&shard->mu);
     shard->SetPolicyLocked(tier, policy, cap, share);

@@ -59,10 +59,11 @@ ABSL_FLAG(
     uint32_t, index_shards, 16,
     "the store's index shards (kvtierd: 16); 2q and arc keep their protected share and ghosts "
     "per shard, which on tiers of a few hundred pages costs hit rate against one shard");
-ABSL_FLAG(std::string, eviction, "lru",
-          "eviction policies to replay side by side, comma-separated (lru, 2q, arc; as kvtierd "
-          "--eviction, each for every tier): LRU always runs as the baseline, and each other "
-          "policy adds a column with the share of the LRU -> Belady gap it closes");
+ABSL_FLAG(
+    std::string, eviction, "lru",
+    "eviction policies to replay side by side, comma-separated (lru, 2q, arc, s3fifo; as kvtierd "
+    "--eviction, each for every tier): LRU always runs as the baseline, and each other "
+    "policy adds a column with the share of the LRU -> Belady gap it closes");
 ABSL_FLAG(uint32_t, batch_pages, 32,
           "pages per GET/PUT call, as kvtier-stress --batch_pages (0: a whole chain per call)");
 ABSL_FLAG(bool, decode, true, "PUT the pages decode completes, as kvtier-stress does");

@@ -94,6 +94,9 @@ struct alignas(64) PageEntry {
   // Fell back from its tier's protected list to probation (arc: its
   // eviction goes to the second ghost); cleared when protected again.
   static constexpr uint8_t kWasProtected = 64;
+  // s3fifo: read or PUT again since it entered its FIFO (or was requeued);
+  // eviction moves it on instead of taking it.
+  static constexpr uint8_t kAccessed = 128;
   bool detached() const { return flags & kDetached; }
   bool clean() const { return flags & kHasBackup; }
 };
@@ -228,10 +231,11 @@ class IndexShard {
   // that does not ends the scan of its list (a namespace's pages are nearly
   // always one size, and a long run of protected pages must not be walked
   // under the lock on every pick).
+  // Under s3fifo a tier-wide pick first moves the marked pages it meets at
+  // the tails on (RequeueAccessedLocked), so it is not const.
   Victim FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_limit,
                           VictimFilter filter = VictimFilter::kAny,
-                          const ReserveView* reserves = nullptr) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                          const ReserveView* reserves = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // An unpinned clean page of `tier` among the `scan_limit` most recent of
   // its lists (backups of hot RAM pages are the NVMe tier's cheapest room).
   PageEntry* FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) const
@@ -312,16 +316,26 @@ class IndexShard {
     NsList& ListFor(NamespaceId ns);
   };
   TierLists& Lists(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // s3fifo's CLOCK step: marked `d` (on main) loses its mark and goes to
+  // main's head.
+  void RequeueInMainLocked(TierLists& l, PageEntry* d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Links e at the head of its lists / takes it out of them, keeping the
   // oldest-page hint of its tier. `protect`: on the protected list, if the
   // tier's policy has one (then overflowing protected pages fall back).
   void LinkLocked(PageEntry* e, bool protect = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void UnlinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void UpdateOldestLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // s3fifo: marked pages among small's oldest (until `window` unmarked ones
+  // are passed) move to main; if small has fewer, marked pages at main's
+  // tail are requeued at its head (each loses its mark).
+  void RequeueAccessedLocked(uint8_t tier, uint32_t window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   absl::flat_hash_set<PageEntry*, EntryHash, EntryEq, HugePageAllocator<PageEntry*>> map_
       ABSL_GUARDED_BY(mu);
   std::vector<TierLists> tiers_ ABSL_GUARDED_BY(mu);  // by tier; grown on demand
+  // The largest stamp linked here: a requeued page's (s3fifo), so every
+  // list stays in stamp order without a global stamp under the lock.
+  uint64_t newest_stamp_ ABSL_GUARDED_BY(mu) = 0;
   // Written under mu (UpdateOldestLocked), read without it (OldestStamp).
   std::array<std::atomic<uint64_t>, kMaxTiers> oldest_;
   absl::flat_hash_map<std::pair<NamespaceId, PageKey>, std::shared_ptr<KeyInFlight>> inflight_
