@@ -37,7 +37,9 @@
 //    CLOCK: a marked page reaching its tail is requeued at its head,
 //    unmarked ones fall back to small's head (S3-FIFO evicts them outright;
 //    here the evictor does every eviction, so they pass small once more).
-//    LOOKUPs and other touches reorder nothing. A namespace's own list is
+//    LOOKUPs reorder nothing; other touches (a parent after its child's
+//    commit, a promotion's pin) move a page to the head of its FIFO, as
+//    under LRU, so that chains still lose their leaves first. A namespace's own list is
 //    in arrival order under s3fifo, except for namespaces with a reserve,
 //    whose lists stay LRU.
 //
@@ -76,7 +78,8 @@ absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name);
 inline constexpr double k2qProtectedShare = 0.5;
 inline constexpr double k2qGhostShare = 0.5;
 // s3fifo's main FIFO: half the shard's pages, not the paper's 90%. A sweep
-// over the repository's traces (docs/BENCHMARKS.md, "Issue 30: s3fifo")
+// over the repository's traces (docs/BENCHMARKS.md, "Issue 30: s3fifo", made
+// before parents were relinked on their children's commit)
 // lost up to 1.4 pp against LRU on Mooncake at 4k pages and 3.1 pp on the
 // Azure code trace at 800 with 90%, and 2.0 pp there with 75%. Its ghost
 // remembers up to 90% of the pages (half, as many as main holds as in the
