@@ -333,9 +333,9 @@ uint64_t RedisSharedCache::ReturnRecordBuffers(std::vector<PublishJob>& batch) {
 // back once at least kTrimAfterBytes were freed since the last trim and at
 // most one batch is still waiting, at most once a second (a trim is not
 // free: on this project's VMs the next burst faults every 4 KiB page back
-// in at ~30 us each). Waiting for a fully
-// drained queue (as before) almost never trimmed under steady eviction: a
-// heaptrack run saw every arena keep its high-water mark.
+// in at ~30 us each). Waiting for a fully drained queue (as before) almost
+// never trimmed under steady eviction: a heaptrack run saw every arena keep
+// its high-water mark.
 void RedisSharedCache::TrimAfterPublishBurst(uint64_t freed_bytes) {
 #if defined(__GLIBC__)
   constexpr uint64_t kTrimAfterBytes = 16ull << 20;

@@ -26,7 +26,8 @@
 // which, plus a ghost of fingerprints per shard and tier. Every list stays
 // ordered by stamp, and a victim's rank is its stamp with protected pages
 // ranked after every probation page (VictimRank), so the cross-shard pick
-// and the oldest-page hints work unchanged. Namespace lists stay LRU.
+// and the oldest-page hints work unchanged. Namespace lists stay LRU, except
+// under s3fifo, where a read marks a page instead of moving it (kAccessed).
 #pragma once
 
 #include <array>
