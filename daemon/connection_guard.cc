@@ -200,13 +200,13 @@ void ConnectionGuard::Impl::Loop() {
       spdlog::warn("connection guard: {}", e.what());
     }
     // Give back what unauthenticated connections made the allocator keep
-    // (libzmq's handshake buffers): at most once a second, and only once
-    // none closed for 250 ms, since libzmq frees a connection's buffers
-    // just after it reports the connection closed (a trim right at the
-    // event would miss the last connection's frame). Under load the I/O
-    // thread may free it later still (a 16 MiB frame was kept in two
-    // clean-clone CI runs, even with three trims within 2.5 s of the last
-    // close), so the guard keeps trimming once a second for kTrimWindow.
+    // (libzmq's handshake buffers below the mmap threshold, now free
+    // chunks inside a heap; daemon/allocator.h): at most once a second,
+    // and only once none closed for 250 ms, since libzmq frees a
+    // connection's buffers after it reports the connection closed, on its
+    // I/O thread, later still under load; so the guard keeps trimming once
+    // a second for kTrimWindow. A frame of kMmapThreshold or more needs no
+    // trim: free() unmaps it.
     const absl::Time now = absl::Now();
     if ((trim_due || now - last_close < kTrimWindow) && now - last_trim >= absl::Seconds(1) &&
         now - last_close >= absl::Milliseconds(250)) {

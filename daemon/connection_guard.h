@@ -15,7 +15,8 @@
 // SO_PEERCRED) or peer address (tcp), and in total. A connection over the
 // bound is shut down as soon as it is accepted. When unauthenticated
 // connections go away it gives what the allocator kept back to the system
-// (malloc_trim), so a flood leaves the daemon's RSS where it was.
+// (malloc_trim; with the heap thresholds of daemon/allocator.h, which
+// kvtierd sets), so a flood leaves the daemon's RSS where it was.
 //
 // Everything runs on the guard's own thread.
 #pragma once

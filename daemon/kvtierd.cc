@@ -3,21 +3,22 @@
 // `--flagfile=FILE` reads them from a file.
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <algorithm>
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/allocator.h"
 #include "daemon/client_buffer.h"
 #include "daemon/daemon.h"
 #include "daemon/tenants.h"
-#include "kvtier/errors.h"
 #include "kvtier/byte_size.h"
 #include "kvtier/cli.h"
+#include "kvtier/errors.h"
 #include "kvtier/paths.h"
 #include "kvtier/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -235,6 +236,12 @@ int main(int argc, char** argv) {
   // -Wthread-safety; a release daemon does not pay for it per request.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 #endif
+
+  // Before any thread starts (daemon/allocator.h: what a handshake flood
+  // leaves in the heap).
+  if (!kvtier::daemon::FixAllocatorThresholds())
+    spdlog::warn(
+        "glibc refused the allocator thresholds; freed handshake frames may stay resident");
 
   auto config = ConfigFromFlags();
   if (!config.ok()) {

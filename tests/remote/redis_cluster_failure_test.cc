@@ -183,7 +183,12 @@ TEST_F(RedisClusterFailureTest, TheConnectionToAMasterDemotedByAFailoverIsClosed
       absl::StrSplit((*replicas)->element[0]->str, absl::ByAnyChar(" @"));
   ASSERT_GE(fields.size(), 2u);
   const std::string replica = fields[1];
-  ASSERT_TRUE(cluster_->Admin(replica, {"CLUSTER", "FAILOVER"}).ok());
+  // TAKEOVER: the replica takes the slots without the old master's
+  // agreement. A plain CLUSTER FAILOVER gives up silently when the replica
+  // does not catch up within its 5 s (it did, under a clean-clone CI run's
+  // load); what this test is about is the connection afterwards, and the
+  // old master still runs either way.
+  ASSERT_TRUE(cluster_->Admin(replica, {"CLUSTER", "FAILOVER", "TAKEOVER"}).ok());
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   int unavailable = 0;
   while (*client_->slot_map().MasterOf(KeySlot(keys_[0])) == victim && absl::Now() < deadline) {
