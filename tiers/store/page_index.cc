@@ -184,7 +184,11 @@ void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, const Slot& slot, ui
   e->stamp = stamp;
   TierLists& l = Lists(tier);
   // Up: a promotion, the page is being read. Down: an arrival, like a PUT.
-  LinkLocked(e, tier < from || l.Recall(e));  // (LinkLocked protects under 2q only)
+  // Either way the tier's ghost is asked: a page read back from below after
+  // this tier demoted it is what a ghost hit means (arc adapts to it, as to
+  // a PUT again), and its fingerprint must not stay behind as a stale ghost.
+  const bool recalled = l.Recall(e);
+  LinkLocked(e, tier < from || recalled);  // (LinkLocked protects under 2q only)
 }
 
 void IndexShard::RememberEvictedLocked(const PageEntry* e) {
