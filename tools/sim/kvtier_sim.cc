@@ -82,6 +82,10 @@ ABSL_FLAG(double, target_hit_rate, 0,
 ABSL_FLAG(std::string, host_bytes, "",
           "sizing: the RAM of the RAM + NVMe split to check (default: a quarter of the total)");
 ABSL_FLAG(std::string, json_out, "", "write the results as JSON to this file");
+ABSL_FLAG(std::string, nvme_eviction, "same",
+          "two-tier runs: the NVMe tier's policy beside each --eviction column's host "
+          "policy: same (that column's, as kvtierd --eviction=NAME), or lru, 2q, arc or s3fifo "
+          "for every column (as kvtierd --eviction=host=NAME,nvme=THIS)");
 ABSL_FLAG(std::string, plot, "", "write a hit-rate-vs-capacity PNG (gnuplot) to this file");
 
 namespace kvtier::sim {
@@ -91,12 +95,15 @@ struct Options {
   ReplayConfig replay;
   uint64_t page_bytes = 0, slab_bytes = 0;
   std::vector<tiers::EvictionPolicy> others;  // --eviction besides lru
+  std::optional<tiers::EvictionPolicy> nvme_policy;  // --nvme_eviction, unless "same"
 };
 
-// `rc` with `policy` for every tier it has.
-ReplayConfig WithPolicy(ReplayConfig rc, tiers::EvictionPolicy policy) {
+// `rc` with `policy` for every tier it has (NVMe: --nvme_eviction's, if
+// it names one).
+ReplayConfig WithPolicy(ReplayConfig rc, tiers::EvictionPolicy policy,
+                        std::optional<tiers::EvictionPolicy> nvme_policy = std::nullopt) {
   rc.store.eviction[tiers::TierKind::kHost] = policy;
-  if (rc.nvme.has_value()) rc.store.eviction[tiers::TierKind::kNvme] = policy;
+  if (rc.nvme.has_value()) rc.store.eviction[tiers::TierKind::kNvme] = nvme_policy.value_or(policy);
   return rc;
 }
 
@@ -126,6 +133,13 @@ absl::StatusOr<Options> OptionsFromFlags() {
         std::find(o.others.begin(), o.others.end(), *p) == o.others.end()) {
       o.others.push_back(*p);
     }
+  }
+  if (const std::string nvme = absl::GetFlag(FLAGS_nvme_eviction); nvme != "same") {
+    auto p = tiers::ParseEvictionPolicy(nvme);
+    if (!p.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nvme_eviction: same, or ", p.status().message()));
+    o.nvme_policy = *p;
   }
   o.replay.decode = absl::GetFlag(FLAGS_decode);
   o.replay.batch_pages = absl::GetFlag(FLAGS_batch_pages);
@@ -195,10 +209,12 @@ absl::Status RunTwoTier(const std::vector<SimRequest>& reqs, const Options& o, S
   ASSIGN_OR_RETURN(rc.host, ResolveTier(h, o.page_bytes, o.slab_bytes, 64));
   ASSIGN_OR_RETURN(rc.nvme, ResolveTier(n, o.page_bytes, o.slab_bytes, 4096));
   TwoTierRun tt{h.label, n.label, rc.host.slots, rc.nvme->slots};
-  ASSIGN_OR_RETURN(tt.lru, ReplayTierManager(reqs, rc));
+  ASSIGN_OR_RETURN(tt.lru, ReplayTierManager(reqs, rc));  // the baseline: LRU on both
   tt.belady = RunBelady(reqs, tt.host_pages + tt.nvme_pages);
   for (tiers::EvictionPolicy p : o.others) {
-    ASSIGN_OR_RETURN(SimResult r, ReplayTierManager(reqs, WithPolicy(rc, p)));
+    ASSIGN_OR_RETURN(SimResult r, ReplayTierManager(reqs, WithPolicy(rc, p, o.nvme_policy)));
+    if (o.nvme_policy.has_value() && *o.nvme_policy != p)
+      absl::StrAppend(&r.policy, " (nvme ", tiers::EvictionPolicyName(*o.nvme_policy), ")");
     tt.others.push_back(std::move(r));
   }
   rep.two_tier = std::move(tt);
