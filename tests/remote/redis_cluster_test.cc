@@ -196,6 +196,26 @@ void ExpectOk(const std::string& node, const std::vector<std::string>& argv) {
   ASSERT_NE((*reply)->type, REDIS_REPLY_ERROR) << node << ": " << (*reply)->str;
 }
 
+// SETSLOT NODE reaches each master on its own, and until the new owner's
+// epoch has spread, a master may still answer CLUSTER SLOTS with the old
+// owner (a clean local ctest run once refreshed the client's map from such
+// a master): true once every master names `owner` for `slot`.
+bool EveryMasterSays(const SlotMap& map, uint16_t slot, const std::string& owner) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    bool all = true;
+    for (const MasterInfo& m : map.masters()) {
+      auto reply = testing::SharedCluster()->Admin(m.endpoint, {"CLUSTER", "SLOTS"});
+      if (!reply.ok() || (*reply)->type == REDIS_REPLY_ERROR) return false;
+      auto seen = SlotMap::FromClusterSlots(**reply, ParseEndpoint(m.endpoint)->host);
+      all = all && seen.ok() && seen->MasterOf(slot) && *seen->MasterOf(slot) == owner;
+    }
+    if (all) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
 TEST_F(RedisClusterTest, FollowsAskDuringMigrationAndMovedAfter) {
   const uint16_t slot = KeySlot("mig");
   const SlotMap map = client_->slot_map();
@@ -234,6 +254,7 @@ TEST_F(RedisClusterTest, FollowsAskDuringMigrationAndMovedAfter) {
   for (const MasterInfo& m : map.masters()) {
     ExpectOk(m.endpoint, {"CLUSTER", "SETSLOT", s, "NODE", dst->id});
   }
+  ASSERT_TRUE(EveryMasterSays(map, slot, dst->endpoint)) << "the masters did not agree in 10 s";
   before = client_->stats();
   std::vector<std::string> all = old_keys;
   all.push_back("{mig}new");
