@@ -235,6 +235,18 @@ TEST(EvictionPolicyTest, TheFlagNamesTheChoices) {
       << m.status();
 }
 
+// A one-page entry of namespace 1, kept in `held`, inserted into `shard`.
+PageEntry* InsertPage(IndexShard& shard, std::vector<std::unique_ptr<PageEntry>>& held, uint64_t id,
+                      uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
+  held.push_back(std::make_unique<PageEntry>());
+  PageEntry* e = held.back().get();
+  e->key = Key(id);
+  e->ns = 1;
+  e->slot.bytes = kPage;
+  shard.InsertLocked(e, stamp);
+  return e;
+}
+
 // arc on one shard, driven by hand: a page PUT again while the first ghost
 // remembers it (evicted from probation, never reused) shrinks the protected
 // limit by a page; one the second ghost remembers (it had been protected,
@@ -251,13 +263,7 @@ TEST(EvictionPolicyTest, ArcMovesTheProtectedLimitTowardTheGhostThatIsHit) {
     std::vector<std::unique_ptr<PageEntry>> held;
     uint64_t stamp = 0;
     auto put = [&](uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
-      held.push_back(std::make_unique<PageEntry>());
-      PageEntry* e = held.back().get();
-      e->key = Key(id);
-      e->ns = 1;
-      e->slot.bytes = kPage;
-      shard.InsertLocked(e, ++stamp);
-      return e;
+      return InsertPage(shard, held, id, ++stamp);
     };
     auto read = [&](PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
       shard.TouchLocked(e, ++stamp, /*reused=*/true);
@@ -316,13 +322,7 @@ TEST(EvictionPolicyTest, APagePromotedBackIsAGhostHitOfTheTierThatDemotedIt) {
     std::vector<std::unique_ptr<PageEntry>> held;
     uint64_t stamp = 0;
     auto put = [&](uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(shard.mu) {
-      held.push_back(std::make_unique<PageEntry>());
-      PageEntry* e = held.back().get();
-      e->key = Key(id);
-      e->ns = 1;
-      e->slot.bytes = kPage;
-      shard.InsertLocked(e, ++stamp);
-      return e;
+      return InsertPage(shard, held, id, ++stamp);
     };
     for (uint64_t id = 100; id < 110; ++id) put(id);  // more than one ghost entry's room
     PageEntry* a = put(1);
