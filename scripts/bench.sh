@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
-# Runs the benchmarks of docs/BENCHMARKS.md: builds kvtier (Release) if needed,
+# Runs the benchmarks of docs/BENCHMARKS.md: builds kvtier (Release, without
+# test hooks: scripts/lib/bench_build.sh picks the folder) if needed,
 # starts two private kvtierd (one for throughput/lookup/redis, a fresh one for
 # the memory figure) and a private redis-server on 127.0.0.1, runs
 # kvtier-bench, prints a summary, and stops all three on exit. Not a test: it
 # takes ~2-3 minutes and wants an otherwise idle machine.
 #   scripts/bench.sh [kvtier-bench flags...]   e.g. --repeats=11 --page_sizes=1MiB
-# JSON of every figure: $BENCH_JSON (default build/bench.json). The daemon:
-# $KVTIERD (default build/daemon/kvtierd), with extra flags $KVTIERD_FLAGS
+# JSON of every figure: $BENCH_JSON (default bench.json in that folder). The
+# daemon: $KVTIERD (default that folder's daemon/kvtierd), with extra flags $KVTIERD_FLAGS
 # (e.g. --frontend_copy_bytes=0).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 BENCH_JSON="${BENCH_JSON:-$BUILD_DIR/bench.json}"
 
-if [ -f "$BUILD_DIR/CMakeCache.txt" ] &&
-   ! grep -q '^CMAKE_BUILD_TYPE:STRING=Release$' "$BUILD_DIR/CMakeCache.txt"; then
-  echo "bench: $BUILD_DIR is not a Release build; set KVTIER_BUILD_DIR to another folder" >&2
-  exit 1
-fi
 BUILD_LOG="$(mktemp -t kvtier-bench-build.XXXXXX.log)"
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)

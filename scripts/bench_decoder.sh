@@ -14,8 +14,12 @@
 # Needs a real disk for the NVMe directory: $NVME_BENCH_DIR (default /var/tmp).
 # Extra arguments go to kvtier-decoder-bench (e.g. --mode=decode --repeats=3).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 if [ -z "${KVTIER_NO_BUILD:-}" ]; then
   cmake --build "$BUILD_DIR" -j2 --target kvtierd kvtierctl kvtier-decoder-bench >/dev/null
 fi

@@ -16,12 +16,16 @@
 # only when a correctness check fails. Extra arguments go to the driver
 # (scripts/lib/bench_engines.py: --repeats, --threads, ...), once per section
 # (BENCH_SECTIONS, default "vllm sglang model"), each in its own process.
-# Env: KVTIER_BUILD_DIR (binaries, default build), KVTIER_PY_DIR (a directory
+# Env: KVTIER_BUILD_DIR (binaries, default as scripts/lib/bench_build.sh picks), KVTIER_PY_DIR (a directory
 # holding the kvtier package with its extension, default $KVTIER_BUILD_DIR/python),
 # KVTIER_NO_BUILD=1 to use what is built, BENCH_MODEL=DIR to reuse a checkpoint.
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 PY_DIR="${KVTIER_PY_DIR:-$BUILD_DIR/python}"
 if [ -z "${KVTIER_NO_BUILD:-}" ]; then
   cmake --build "$BUILD_DIR" -j2 --target kvtierd kvtierctl kvtier-generate \

@@ -15,10 +15,14 @@
 # kvtier-first-restore-bench stores the demo's prompt (124m, 2,048 tokens)
 # once per daemon, then starts one fresh process per repeat.
 #   scripts/bench_first_touch.sh [kvtier-first-restore-bench flags, e.g. --repeats=11]
-# KVTIER_BUILD_DIR picks the build (default build/); KVTIER_NO_BUILD=1 skips building.
+# KVTIER_BUILD_DIR picks the build (default: scripts/lib/bench_build.sh); KVTIER_NO_BUILD=1 skips building.
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 if [ -z "${KVTIER_NO_BUILD:-}" ]; then
   cmake --build "$BUILD_DIR" -j2 --target kvtierd kvtierctl kvtier-first-restore-bench >/dev/null
 fi

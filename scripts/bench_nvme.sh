@@ -11,10 +11,14 @@
 # and both tools measure their own per-I/O overhead (memory-copy bound).
 # Environment: NVME_BENCH_SIZE (2GiB), NVME_BENCH_SECONDS (1 per run),
 #   NVME_BENCH_REPEATS (5), NVME_BENCH_BS (256KiB,1MiB,4MiB), NVME_BENCH_QD (1,32),
-#   KVTIER_BUILD_DIR (build). Every run's JSON and summary.json: $DIR/results/.
+#   KVTIER_BUILD_DIR (default: scripts/lib/bench_build.sh). Every run's JSON and summary.json: $DIR/results/.
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 DIR="${1:-/var/tmp/kvtier-nvme-bench}"
 SIZE="${NVME_BENCH_SIZE:-2GiB}"
 SECS="${NVME_BENCH_SECONDS:-1}"

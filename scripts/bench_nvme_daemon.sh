@@ -8,13 +8,17 @@
 #  2. Restart time with >= 100,000 pages indexed on NVMe: fill, kill -9, start
 #     again, time until `kvtierctl stats` answers, and count the recovered pages.
 # Needs a real disk for the NVMe directory: $NVME_BENCH_DIR (default /var/tmp).
-# Environment: KVTIER_BUILD_DIR (build), KVTIER_NO_BUILD=1 (use the binaries
+# Environment: KVTIER_BUILD_DIR (default: scripts/lib/bench_build.sh), KVTIER_NO_BUILD=1 (use the binaries
 # there as they are), NVME_BENCH_RESTART=0 (skip part 2), NVME_BENCH_REPEATS (5).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 REPEATS="${NVME_BENCH_REPEATS:-5}"
-[ -n "${KVTIER_NO_BUILD:-}" ] || bash scripts/build.sh >/dev/null
+[ -n "${KVTIER_NO_BUILD:-}" ] || KVTIER_BUILD_DIR="$BUILD_DIR" bash scripts/build.sh >/dev/null
 command -v fio >/dev/null || { echo "bench_nvme_daemon: fio is not installed" >&2; exit 1; }
 KVTIERD="$BUILD_DIR/daemon/kvtierd"
 CTL="$BUILD_DIR/tools/kvtierctl"

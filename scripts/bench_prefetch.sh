@@ -9,8 +9,13 @@
 # Environment: as scripts/replay.sh, plus PREFETCH_AHEAD (default 8);
 # extra arguments go to kvtier-stress (e.g. --max_requests=2000).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
+export KVTIER_BUILD_DIR="$BUILD_DIR"  # replay.sh measures the same build
 AHEAD="${PREFETCH_AHEAD:-8}"
 OUT="$(mktemp -d "${TMPDIR:-/tmp}/kvtier-prefetch-bench.XXXXXX")"
 trap 'rm -rf "$OUT"' EXIT

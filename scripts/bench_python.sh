@@ -5,11 +5,15 @@
 # reported as medians and ratios (tools/bench/bench_client.py). Not a test.
 #   scripts/bench_python.sh [bench_client.py flags...]   e.g. --repeats=9 --inner=5
 # Builds kvtierd, kvtierctl, kvtier-bench and the Python extension in
-# $KVTIER_BUILD_DIR (default build) unless KVTIER_NO_BUILD=1. JSON of every
+# $KVTIER_BUILD_DIR (default: scripts/lib/bench_build.sh) unless KVTIER_NO_BUILD=1. JSON of every
 # figure: $BENCH_JSON (default $KVTIER_BUILD_DIR/bench_python.json).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 BENCH_JSON="${BENCH_JSON:-$BUILD_DIR/bench_python.json}"
 PYTHON=/usr/bin/python3  # Debian's: the one with numpy, and the one the extension is built for
 

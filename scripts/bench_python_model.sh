@@ -10,12 +10,16 @@
 #     pages the Python model stored are restored by kvtier-generate, same tokens.
 # Exits non-zero when a check fails. Extra arguments go to the driver
 # (scripts/lib/bench_python_model.py: --prompt_tokens, --repeats, --threads, ...).
-# Env: KVTIER_BUILD_DIR (binaries, default build), KVTIER_PY_BUILD_DIR (where
+# Env: KVTIER_BUILD_DIR (binaries, default as scripts/lib/bench_build.sh picks), KVTIER_PY_BUILD_DIR (where
 # python/kvtier/_native*.so is, default KVTIER_BUILD_DIR), KVTIER_NO_BUILD=1 to
 # use what is built, BENCH_MODEL=DIR to reuse a checkpoint (else a 124m one is made).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 PY_BUILD_DIR="${KVTIER_PY_BUILD_DIR:-$BUILD_DIR}"
 if [ -z "${KVTIER_NO_BUILD:-}" ]; then
   cmake --build "$BUILD_DIR" -j2 --target kvtierd kvtierctl kvtier-generate \

@@ -11,12 +11,16 @@
 #            (kvtier-remote-ttft-bench). Target: >= 10x.
 # Usage: scripts/bench_remote.sh [get|decoder|both] [extra args]: extra arguments
 # go to the section's program (give one section with them: the flags differ).
-# Environment: KVTIER_BUILD_DIR (default build), NO_BUILD=1 to skip building,
+# Environment: KVTIER_BUILD_DIR (default: scripts/lib/bench_build.sh), NO_BUILD=1 to skip building,
 # KVTIERD / KVTIERCTL (binaries; default in the build dir), KVTIER_BENCH_DIR
 # (where the NVMe files go; a real disk, not tmpfs; default /tmp).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 SECTION="${1:-both}"
 [ $# -gt 0 ] && shift
 case "$SECTION" in get|decoder|both) ;; *) echo "usage: $0 [get|decoder|both] [args]" >&2; exit 2 ;; esac

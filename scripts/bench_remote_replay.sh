@@ -15,7 +15,7 @@
 # before the kill. Reports go to $OUT_DIR (default $KVTIER_BUILD_DIR/remote_replay).
 # Extra arguments go to every kvtier-stress run (e.g. --concurrency=2).
 #
-# Environment: KVTIER_BUILD_DIR (default build), NO_BUILD=1, KVTIER_BENCH_DIR
+# Environment: KVTIER_BUILD_DIR (default: scripts/lib/bench_build.sh), NO_BUILD=1, KVTIER_BENCH_DIR
 # (NVMe files; a real disk; default /tmp), CONFIGS ("a b c d"), FAILOVER (1:
 # run d), FAILOVER_AT (0.4), MAX_REQUESTS (0: the whole trace), TRACE,
 # REDIS_MAXMEMORY (per node, 1300mb, policy allkeys-lru: the shared cache's
@@ -26,8 +26,12 @@
 # holds SCALE times fewer bytes (SCALE=4: 256 KiB pages, 256MiB + 1GiB
 # per daemon; size REDIS_MAXMEMORY to match).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 CONFIGS="${CONFIGS:-a b c d e}"
 HANG_S="${HANG_S:-10}"
 [ "${FAILOVER:-1}" = 1 ] || CONFIGS="${CONFIGS//[de]/}"

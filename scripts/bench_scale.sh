@@ -14,7 +14,7 @@
 # docs/scale_memory.png with gnuplot. ~4 minutes on 2 cores (~7 with
 # SCALE_OLD_BENCH); ~2.6 GB of RAM.
 #   scripts/bench_scale.sh
-# Environment: KVTIER_BUILD_DIR (build), SCALE_OUT (/tmp/kvtier-bench-scale:
+# Environment: KVTIER_BUILD_DIR (default: scripts/lib/bench_build.sh), SCALE_OUT (/tmp/kvtier-bench-scale:
 #   scale.csv and the logs), SCALE_SIZES, SCALE_TENANTS, SCALE_TENANT_PAGES,
 #   SCALE_EVICT_PAGES (50k per repeat), SCALE_PLOT_DIR (docs), SCALE_PLOT_ONLY=1
 #   (plot the CSV of an earlier run again, measure nothing),
@@ -23,8 +23,12 @@
 #   SCALE_OLD_EVICT_PAGES (500: there a victim search scans every namespace's
 #   list in every shard, ~50 ms a page at 1000 namespaces).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 OUT="${SCALE_OUT:-/tmp/kvtier-bench-scale}"
 SIZES="${SCALE_SIZES:-1M,2M,5M,10M}"
 TENANTS="${SCALE_TENANTS:-1 10 100 1000}"

@@ -9,6 +9,8 @@
 # test command left, hooks compiled in but never armed (nothing sets
 # KVTIER_KILL_POINT for it). Build packages in a fresh directory.
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
 BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
 GEN=()

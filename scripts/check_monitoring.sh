@@ -15,6 +15,8 @@
 # redis-server or python3-yaml missing: scripts/setup.sh installs them).
 #   BUILD_DIR=build bash scripts/check_monitoring.sh
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
 BUILD_DIR="${BUILD_DIR:-build}"
 KVTIERD="${KVTIERD:-$BUILD_DIR/daemon/kvtierd}"

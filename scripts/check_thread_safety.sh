@@ -6,6 +6,8 @@
 # (TSA_BUILD_DIR). Every finding is printed (-k 0, no error limit).
 # Usage: scripts/check_thread_safety.sh   (scripts/test.sh runs it)
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${TSA_BUILD_DIR:-$root/build-tsa}"
 jobs="${TSA_JOBS:-$(nproc)}"

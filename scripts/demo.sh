@@ -5,6 +5,8 @@
 # them from the daemon), prints both TTFTs and `kvtierctl stats`, and stops
 # the daemon. KVTIER_DEMO_TOKENS sets the prompt length (default 2048).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh

@@ -90,6 +90,9 @@ def split_sections(text):
 
 
 def main(argv):
+    if argv[:1] in (["-h"], ["--help"]):  # not an output path
+        print(__doc__.strip())
+        return 0
     if argv[:1] == ["--programs"]:
         build = argv[1]
         print(" ".join(os.path.join(build, p) for p in PROGRAMS

@@ -16,6 +16,8 @@
 # sanitizer report; the reproducer is left in build-fuzz/fuzz-artifacts/TARGET/
 # (replay it: build-fuzz/tests/fuzz/TARGET FILE, or build/tests/fuzz/TARGET FILE).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 
 seconds="${1:-${FUZZ_SECONDS:-30}}"
 shift || true

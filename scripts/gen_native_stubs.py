@@ -109,6 +109,9 @@ def class_stub(name, cls):
 
 
 def main():
+    if sys.argv[1:][:1] in (["-h"], ["--help"]):  # not an output path
+        print(__doc__.strip())
+        return
     parts = [HEADER.rstrip("\n")]
     needs_overload = False
     body = []

@@ -14,6 +14,8 @@
 # a bare CUDA machine may lack. --with-libs copies that last group into
 # OUT_DIR/lib (run.sh puts it on LD_LIBRARY_PATH).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
 WITH_LIBS=0
 ARGS=()

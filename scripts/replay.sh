@@ -5,14 +5,18 @@
 # (1 MiB pages, one page per 512-token block), prints the report, stops the
 # daemon. Extra arguments go to kvtier-stress (e.g. --concurrency=2).
 #
-# Environment: KVTIER_BUILD_DIR (default build), KVTIER_BENCH_DIR (where the
+# Environment: KVTIER_BUILD_DIR (default: scripts/lib/bench_build.sh), KVTIER_BENCH_DIR (where the
 # NVMe file goes; a real disk, not tmpfs; default /tmp), HOST_BYTES (4GiB),
 # NVME_BYTES (16GiB), TRACE (the trace spec), KVTIERD_FLAGS (daemon policy
 # flags, see below), KVTIERD (the daemon binary; default $KVTIER_BUILD_DIR/daemon/kvtierd),
 # NO_BUILD=1 to skip building.
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+# shellcheck source=lib/bench_build.sh
+. scripts/lib/bench_build.sh
+BUILD_DIR="$(bench_build_dir)"
 HOST_BYTES="${HOST_BYTES:-4GiB}"
 NVME_BYTES="${NVME_BYTES:-16GiB}"
 TRACE="${TRACE:-tests/data/synthetic_trace.jsonl}"

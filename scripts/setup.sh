@@ -3,6 +3,8 @@
 # expected preinstalled (nvcc on PATH); without it the build uses KVTIER_CUDA=AUTO
 # and compiles the CPU paths only.
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 
 PKGS=(
   build-essential cmake pkg-config ninja-build

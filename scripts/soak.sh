@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A soak (issue 28): kvtierd under a mixed workload for DURATION seconds, to
 # show that nothing grows and nothing is lost.
-#   scripts/soak.sh DURATION [OUT_DIR]          (default 120 s, build/soak)
+#   scripts/soak.sh DURATION [OUT_DIR]          (default 120 s, <build>/soak)
 # - one kvtierd (host 256 MiB + NVMe 1 GiB, so eviction, cleaning and NVMe
 #   reads run all the time) beside a loopback Redis Cluster (its shared
 #   cache, sealed records);
@@ -30,12 +30,22 @@
 # first ten minutes' after the first minute (only judged for runs of 20
 # minutes and more). Exit 0 on pass, 1 on a failed
 # check, 2 on bad setup.
-# Environment: KVTIER_BUILD_DIR (build), NO_BUILD=1, KVTIER_BENCH_DIR (a real
-# disk for NVMe; default the build dir), RESTART_S, SAMPLE_S (10).
+# Environment: KVTIER_BUILD_DIR (default: the release build a benchmark
+# measures, scripts/lib/bench_build.sh; CTest's soak_test names its own test
+# build), NO_BUILD=1, KVTIER_BENCH_DIR (a real disk for NVMe; default the
+# build dir), RESTART_S, SAMPLE_S (10).
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
 DURATION="${1:-120}"
-BUILD_DIR="${KVTIER_BUILD_DIR:-build}"
+if [ -n "${KVTIER_BUILD_DIR:-}" ]; then
+  BUILD_DIR="$KVTIER_BUILD_DIR"
+else
+  # shellcheck source=lib/bench_build.sh
+  . scripts/lib/bench_build.sh
+  BUILD_DIR="$(bench_build_dir)"
+fi
 OUT="${2:-$BUILD_DIR/soak}"
 SAMPLE_S="${SAMPLE_S:-10}"
 RESTART_S="${RESTART_S:-$(( DURATION / 3 > 60 ? DURATION / 3 : 60 ))}"

@@ -5,6 +5,8 @@
 # libraries (scripts/check_thread_safety.sh) and a short libFuzzer run of the
 # request decoder.
 set -euo pipefail
+# shellcheck source=lib/usage.sh
+. "$(dirname "$0")/lib/usage.sh"
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Tests build with the named kill/sync points (off in a default, release build).

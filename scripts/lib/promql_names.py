@@ -135,6 +135,9 @@ def dashboard_rules(dashboard, out):
 
 
 def main(argv):
+    if argv[1:][:1] in (["-h"], ["--help"]):  # not an output path
+        print(__doc__.strip())
+        return 0
     if len(argv) == 5 and argv[1] == "check":
         return check(argv[2], argv[3], argv[4])
     if len(argv) == 4 and argv[1] == "dashboard-rules":

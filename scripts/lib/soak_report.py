@@ -162,4 +162,7 @@ unset multiplot
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["-h"], ["--help"]) or len(sys.argv) != 3:
+        print(__doc__.strip())
+        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     sys.exit(main(sys.argv[1], int(sys.argv[2])))
