@@ -78,7 +78,7 @@ def main(out, duration):
     by_epoch = {}
     for r in rows:
         by_epoch.setdefault(r["epoch"], []).append(r)
-    worst_rss = 0.0
+    judged = []  # every lifetime's samples after its warm-up
     for epoch, rs in sorted(by_epoch.items()):
         t0 = float(rs[0]["t_s"])
         published = [float(r["t_s"]) for r in rs if int(r.get("published") or 0) > 0]
@@ -88,8 +88,8 @@ def main(out, duration):
               + (f" (first published at {published[0]:.0f} s)" if published else ""))
         if len(warm) < 3:
             continue
+        judged += warm
         growth = slope_per_hour([(float(r["t_s"]), float(r["rss_kb"])) for r in warm])
-        worst_rss = max(worst_rss, growth)
         fds = [int(r["fds"]) for r in warm]
         thr = [int(r["threads"]) for r in warm]
         third = max(1, len(fds) // 3)
@@ -112,13 +112,29 @@ def main(out, duration):
         else:  # a CSV of an older soak.sh
             no_trend("fds do not grow", fds, 4, "RocksDB's files come and go")
         check(f"epoch {epoch} threads flat", max(thr) - min(thr) <= 2, f"{min(thr)}..{max(thr)}")
-        check(f"epoch {epoch} RSS growth", growth <= 0.05,
-              f"{100 * growth:+.1f}% per hour ({warm[0]['rss_kb']} -> {warm[-1]['rss_kb']} kB)")
+        rss = [int(r["rss_kb"]) for r in warm]
+        print(f"        epoch {epoch} RSS within the lifetime: {100 * growth:+.1f}% per hour "
+              f"({rss[0]} -> {rss[-1]} kB, mean {sum(rss) / len(rss):.0f} kB)")
         if "rss_anon_kb" in warm[0]:
             anon = [(float(r["t_s"]), float(r["rss_anon_kb"])) for r in warm]
             print(f"        epoch {epoch} RssAnon (the heap; RSS also counts the host tier's shared "
                   f"memory): {anon[0][1]:.0f} -> {anon[-1][1]:.0f} kB, "
                   f"{100 * slope_per_hour(anon):+.1f}% per hour")
+    # RSS growth is judged over the run, not per lifetime: a restarted
+    # daemon refills its bounded pools (sealed-record spares, memtables,
+    # arenas) for its first minutes, so a line fitted to one 20-minute
+    # lifetime slopes up even when every lifetime levels off at the same
+    # RSS (the hour runs of docs/BENCHMARKS.md: lifetime means within 1 MB,
+    # fits of -3 to +15% per hour). A leak grows from lifetime to lifetime
+    # and shows in the fit over all of them.
+    if len(judged) >= 3:
+        growth = slope_per_hour([(float(r["t_s"]), float(r["rss_kb"])) for r in judged])
+        check("RSS growth over the run", growth <= 0.05,
+              f"{100 * growth:+.1f}% per hour (least squares over {len(judged)} samples, every "
+              f"lifetime after its warm-up)")
+        if "rss_anon_kb" in judged[0]:
+            anon = slope_per_hour([(float(r["t_s"]), float(r["rss_anon_kb"])) for r in judged])
+            print(f"        RssAnon over the run: {100 * anon:+.1f}% per hour")
     if duration >= 1200:
         steady = [r for r in rows if 600 <= float(r["t_s"])]
         first = [r for r in rows if 60 <= float(r["t_s"]) < 600]

@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
   const std::string root = StoreDemoPages(&pages);
   std::vector<double> arena, reg, restore, first, wait, warm, ratio;
   absl::PrintF("repeat | arena+clear ms (faults) | HELLO+REGISTER ms | restore ms (faults) | "
-               "waited for warm-up ms | warm GET ms | (REGISTER+restore)/warm\n");
+               "waited for warm-up ms | warm GET ms | (HELLO+REGISTER+restore)/warm\n");
   for (uint32_t i = 0; i < absl::GetFlag(FLAGS_repeats); ++i) {
     Figures f = RunChild(absl::StrCat(root, ",", pages));
     arena.push_back(f.arena_ms);
@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
   }
   const double m_first = Median(first), m_warm = Median(warm);
   absl::PrintF("medians of %zu fresh processes: arena+clear %.1f ms, HELLO+REGISTER %.2f ms, "
-               "restore (LOOKUP+GET) %.2f ms, first restore (REGISTER+LOOKUP+GET) %.2f ms; "
+               "restore (LOOKUP+GET) %.2f ms, first restore (HELLO+REGISTER+LOOKUP+GET) %.2f ms; "
                "warm GET %.2f ms\n",
                first.size(), Median(arena), Median(reg), Median(restore), m_first, m_warm);
   absl::PrintF("first restore / warm GET: %.2f (ratio of medians; per-process median %.2f); "
