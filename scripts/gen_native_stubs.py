@@ -109,7 +109,7 @@ def class_stub(name, cls):
 
 
 def main():
-    if sys.argv[1:][:1] in (["-h"], ["--help"]):  # not an output path
+    if sys.argv[1:2] in (["-h"], ["--help"]):  # not an output path
         print(__doc__.strip())
         return
     parts = [HEADER.rstrip("\n")]

@@ -5,7 +5,7 @@
 # and a kvtierd built that way keeps Abseil's Mutex deadlock detection on (a
 # lock-order graph update per lock, daemon/kvtierd.cc), which is what the
 # tests want and a release daemon does not pay: a batched LOOKUP ran at
-# 0.75-0.85x of a release daemon's rate (BENCHMARKS.md, "Which daemon the
+# 0.76-0.86x of a release daemon's rate (BENCHMARKS.md, "Which daemon the
 # benchmarks measured"). So:
 #   - KVTIER_BUILD_DIR set: that folder, refused if it is a test or
 #     non-Release build (a copy of binaries with no CMakeCache.txt is taken

@@ -135,7 +135,7 @@ def dashboard_rules(dashboard, out):
 
 
 def main(argv):
-    if argv[1:][:1] in (["-h"], ["--help"]):  # not an output path
+    if argv[1:2] in (["-h"], ["--help"]):  # not an output path
         print(__doc__.strip())
         return 0
     if len(argv) == 5 and argv[1] == "check":

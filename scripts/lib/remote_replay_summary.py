@@ -76,7 +76,7 @@ def main():
     if sys.argv[1:2] in (["-h"], ["--help"]) or len(sys.argv) != 3:
         print(__doc__.strip())
         print("usage: remote_replay_summary.py OUT_DIR SERIES_INTERVAL_MS")
-        return 0 if len(sys.argv) == 2 else 2
+        return 0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2
     out, interval_s = sys.argv[1], int(sys.argv[2]) / 1000.0
     reports = {k: load(os.path.join(out, f"{k}.json")) for k in "abcdef"}
     print("\n== summary (hit rate of pages looked up, by the tier LOOKUP reported; remote hit:\n"
@@ -147,4 +147,4 @@ def failover(out, report, interval_s, label="d", what="killed"):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
