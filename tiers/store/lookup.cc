@@ -1,10 +1,12 @@
 // TierManager::Lookup: LOOKUP's probe of a prefix chain. A chain's keys are
 // spread over the index shards, and a shard lock per key, twice (probe, then
-// the tail-first recency touch), was most of a LOOKUP's cost (issue 14); so
-// the keys are grouped by shard, and each shard is locked once to probe and
-// once to touch, however long the chain. Also the store's other probes:
-// where a page lives (Locate, TierIndex) and lease holds (HoldForLease), which
-// pin without reading.
+// the tail-first recency touch), was most of a LOOKUP's cost (issue 14). So
+// the shards of up to kSegment consecutive keys are locked together, in
+// ascending order, for one pass that probes the leading hits and touches
+// them: each shard locked once and each key found once per segment, and the
+// probe's table loads run ahead across shards. Also the store's other
+// probes: where a page lives (Locate, TierIndex) and lease holds
+// (HoldForLease), which pin without reading.
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -17,109 +19,70 @@
 namespace kvtier::tiers {
 namespace {
 
-// A chain's keys grouped by shard: groups in the order of their first key,
-// each group's keys in chain order. One per thread, reused: a LOOKUP
-// allocates nothing once its thread has seen its longest chain.
-struct ChainShards {
-  struct Group {
-    uint32_t shard;
-    uint32_t begin, end;  // into `order`
-  };
-  std::vector<Group> groups;
-  std::vector<uint32_t> order;     // key indices, group after group
-  std::vector<uint32_t> group_of_key;  // by key
-  std::vector<uint32_t> group_of;      // by shard: 1 + its group, 0 none; all 0 between calls
-  std::vector<uint8_t> tier_of;    // by key: the tier a probe found it in
+// A LOOKUP holds every shard its segment's keys fall in (all of them, for
+// a segment longer than a few times the shard count) for as long as it
+// probes and touches the segment: a long chain is taken kSegment keys at a
+// time, so one tenant's 4,096-key LOOKUP never stops every other request's
+// shard for more than a segment (a few microseconds).
+constexpr uint32_t kSegment = 64;
 
-  void Build(const PageIndex& index, NamespaceId ns, absl::Span<const PageKey> keys);
-  // End of g's keys below `limit` (g's keys are in chain order).
-  uint32_t EndBelow(const Group& g, uint32_t limit) const {
-    uint32_t j = g.begin;
-    while (j < g.end && order[j] < limit) ++j;
-    return j;
+// The shards of a chain's keys. One per thread, reused: a LOOKUP allocates
+// nothing once its thread has seen its longest chain.
+struct ChainShards {
+  std::vector<uint32_t> shard_of;  // by key
+  std::vector<PageEntry*> entry;   // by key: the probe's hit (valid under the locks)
+  std::vector<uint8_t> tier_of;    // by key: the tier the probe found it in
+  std::vector<uint32_t> locked;    // the segment's distinct shards, ascending
+  std::vector<uint8_t> seen;       // by shard: in `locked`; all 0 between calls
+
+  void Build(const PageIndex& index, NamespaceId ns, absl::Span<const PageKey> keys) {
+    const auto n = static_cast<uint32_t>(keys.size());
+    if (seen.size() < index.num_shards()) seen.resize(index.num_shards(), 0);
+    shard_of.resize(n);
+    entry.resize(n);
+    tier_of.resize(n);
+    for (uint32_t i = 0; i < n; ++i) shard_of[i] = index.ShardIndex(ns, keys[i]);
+  }
+  // `locked` = the shards of keys [begin, end), ascending.
+  void SegmentShards(uint32_t begin, uint32_t end) {
+    locked.clear();
+    for (uint32_t i = begin; i < end; ++i) {
+      if (!seen[shard_of[i]]) {
+        seen[shard_of[i]] = 1;
+        locked.push_back(shard_of[i]);
+      }
+    }
+    for (uint32_t s : locked) seen[s] = 0;
+    std::sort(locked.begin(), locked.end());
   }
 };
 
-void ChainShards::Build(const PageIndex& index, NamespaceId ns, absl::Span<const PageKey> keys) {
-  const auto n = static_cast<uint32_t>(keys.size());
-  if (group_of.size() < index.num_shards()) group_of.resize(index.num_shards(), 0);
-  group_of_key.resize(n);
-  tier_of.resize(n);
-  order.resize(n);
-  groups.clear();
-  for (uint32_t i = 0; i < n; ++i) {  // count each group's keys in its `end`
-    const uint32_t s = index.ShardIndex(ns, keys[i]);
-    if (group_of[s] == 0) {
-      groups.push_back(Group{s, 0, 0});
-      group_of[s] = static_cast<uint32_t>(groups.size());
-    }
-    group_of_key[i] = group_of[s] - 1;
-    ++groups[group_of_key[i]].end;
-  }
-  uint32_t at = 0;
-  for (Group& g : groups) {
-    g.begin = at;
-    at += g.end;
-    g.end = g.begin;  // a fill cursor until every key is placed
-  }
-  for (uint32_t i = 0; i < n; ++i) order[groups[group_of_key[i]].end++] = i;
-  for (const Group& g : groups) group_of[g.shard] = 0;
-}
-
 thread_local ChainShards chain_shards;
 
-// The probe, one lock per shard: the chain's leading hits, and in
-// c.tier_of the tier of each. Keys past a miss found so far are not
-// probed, so a chain that misses at its first key locks one shard.
-uint32_t ProbeChain(PageIndex& index, NamespaceId ns, absl::Span<const PageKey> keys,
-                    ChainShards& c) {
-  // A probe is dependent cache misses at millions of pages (table control
-  // bytes, slot, entry): the table lines of the next few keys are loaded
-  // ahead, so their misses overlap.
-  constexpr uint32_t kAhead = 8;
-  auto hits = static_cast<uint32_t>(keys.size());
-  for (const ChainShards::Group& g : c.groups) {
-    if (c.order[g.begin] >= hits) break;  // and every later group's first key
-    IndexShard& shard = index.shard(g.shard);
-    absl::MutexLock lock(&shard.mu);
-    const uint32_t end = c.EndBelow(g, hits);
-    // Not the first key: its probe comes next, and would wait all the same.
-    for (uint32_t j = g.begin + 1; j < std::min(end, g.begin + kAhead); ++j) {
-      shard.PrefetchLocked(ns, keys[c.order[j]]);
-    }
-    for (uint32_t j = g.begin; j < end; ++j) {
-      if (j + kAhead < end) shard.PrefetchLocked(ns, keys[c.order[j + kAhead]]);
-      const uint32_t i = c.order[j];
-      const PageEntry* e = shard.FindLocked(ns, keys[i]);
-      if (e == nullptr) {
-        hits = i;
-        break;
-      }
-      c.tier_of[i] = e->tier;
-    }
+// Holds the chain's shard locks, taken in ascending shard order. This is
+// the one place in the store that holds more than one shard lock; every
+// other path holds one at a time, so a single global order (ascending)
+// cannot deadlock (Abseil's deadlock detection checks it in test builds).
+// The set is dynamic, which the static analysis cannot follow: the *Locked
+// calls under it assert each shard's lock (Mutex::AssertHeld).
+class ShardSetLock {
+ public:
+  ShardSetLock(PageIndex& index,
+               absl::Span<const uint32_t> ascending) ABSL_NO_THREAD_SAFETY_ANALYSIS
+      : index_(index),
+        shards_(ascending) {
+    for (uint32_t s : shards_) index_.shard(s).mu.Lock();
   }
-  return hits;
-}
+  ~ShardSetLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (auto it = shards_.rbegin(); it != shards_.rend(); ++it) index_.shard(*it).mu.Unlock();
+  }
+  ShardSetLock(const ShardSetLock&) = delete;
+  ShardSetLock& operator=(const ShardSetLock&) = delete;
 
-// The touch, one lock per shard: key i of the `hits` leading ones gets stamp
-// first_stamp + hits - 1 - i (tail-first: the chain's first key newest, so
-// ancestors outlive their descendants in every list). A hit gone since the
-// probe is skipped.
-void TouchChain(PageIndex& index, NamespaceId ns, absl::Span<const PageKey> keys,
-                const ChainShards& c, uint32_t hits, uint64_t first_stamp) {
-  for (const ChainShards::Group& g : c.groups) {
-    if (c.order[g.begin] >= hits) break;
-    IndexShard& shard = index.shard(g.shard);
-    absl::MutexLock lock(&shard.mu);
-    // Oldest stamp first, so each page goes on top of the one before.
-    for (uint32_t j = c.EndBelow(g, hits); j > g.begin; --j) {
-      const uint32_t i = c.order[j - 1];
-      if (PageEntry* e = shard.FindLocked(ns, keys[i])) {
-        shard.RestampLocked(e, first_stamp + (hits - 1 - i));
-      }
-    }
-  }
-}
+ private:
+  PageIndex& index_;
+  absl::Span<const uint32_t> shards_;
+};
 
 }  // namespace
 
@@ -127,16 +90,66 @@ LookupResult TierManager::Lookup(NamespaceId ns, absl::Span<const PageKey> keys)
   LookupResult result;
   NamespaceState* state = impl_->core.Ns(ns);
   if (state == nullptr || keys.empty()) return result;
+  PageIndex& index = impl_->core.index;
   ChainShards& c = chain_shards;
-  c.Build(impl_->core.index, ns, keys);
-  const uint32_t hits = ProbeChain(impl_->core.index, ns, keys, c);
+  c.Build(index, ns, keys);
+  const auto n = static_cast<uint32_t>(keys.size());
+  // Key i's stamp is first + n - 1 - i, taken for the whole chain up front
+  // (gaps past a miss cost nothing): tail-first, the chain's first key
+  // newest, so ancestors outlive their descendants in every list.
+  const uint64_t first = impl_->core.NextStamps(n);
+  uint32_t hits = 0;
+  for (uint32_t begin = 0; begin < n && hits == begin; begin += kSegment) {
+    const uint32_t end = std::min(n, begin + kSegment);
+    c.SegmentShards(begin, end);
+    ShardSetLock lock(index, c.locked);
+    // Each *Locked call below asserts its shard's lock (held by `lock`):
+    // the analysis cannot follow a lock set.
+    auto shard_at = [&](uint32_t i) -> IndexShard& { return index.shard(c.shard_of[i]); };
+    // A probe is dependent cache misses at millions of pages (table control
+    // bytes, slot, entry): the table lines of the next few keys are loaded
+    // ahead, whatever their shard, so their misses overlap.
+    constexpr uint32_t kAhead = 8;
+    for (uint32_t i = begin + 1; i < std::min(end, begin + kAhead); ++i) {
+      IndexShard& ahead = shard_at(i);
+      ahead.mu.AssertHeld();
+      ahead.PrefetchLocked(ns, keys[i]);
+    }
+    for (; hits < end; ++hits) {
+      if (hits + kAhead < end) {
+        IndexShard& ahead = shard_at(hits + kAhead);
+        ahead.mu.AssertHeld();
+        ahead.PrefetchLocked(ns, keys[hits + kAhead]);
+      }
+      IndexShard& shard = shard_at(hits);
+      shard.mu.AssertHeld();
+      PageEntry* e = shard.FindLocked(ns, keys[hits]);
+      if (e == nullptr) break;  // the chain ends here: nothing past it is touched
+      c.entry[hits] = e;
+      c.tier_of[hits] = e->tier;
+    }
+    // Each restamp unlinks its page from two lists, writing both neighbours
+    // in each (other chains' pages, far apart): their loads start together
+    // here rather than one restamp after another.
+    for (uint32_t i = begin; i < hits; ++i) {
+      const PageEntry* e = c.entry[i];
+      for (const PageEntry* p :
+           {e->ns_links.prev, e->ns_links.next, e->tier_links.prev, e->tier_links.next})
+        if (p != nullptr) __builtin_prefetch(p, 1);
+    }
+    // Oldest stamp first, so each page goes on top of the one before.
+    for (uint32_t i = hits; i > begin; --i) {
+      IndexShard& shard = shard_at(i - 1);
+      shard.mu.AssertHeld();
+      shard.RestampLocked(c.entry[i - 1], first + (n - i));
+    }
+  }
   result.hits = hits;
   TierKind kinds[IndexShard::kMaxTiers];
   for (size_t t = 0; t < impl_->core.tiers.size(); ++t)
     kinds[t] = impl_->core.tiers[t]->tier->kind();
   result.tiers.resize(hits);
   for (uint32_t i = 0; i < hits; ++i) result.tiers[i] = kinds[c.tier_of[i]];
-  if (hits > 0) TouchChain(impl_->core.index, ns, keys, c, hits, impl_->core.NextStamps(hits));
   state->lookup_hits.fetch_add(hits, std::memory_order_relaxed);
   state->lookup_misses.fetch_add(keys.size() - hits, std::memory_order_relaxed);
   return result;

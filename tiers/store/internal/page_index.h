@@ -14,9 +14,9 @@
 //    list: its pages are taken through its own list, which is cut where its
 //    headroom ends (so the cost grows with the namespaces that hold a
 //    reserve, never with the others, and protected pages are never walked);
-//  - each shard publishes the stamp of its oldest page per tier (read
-//    without its lock), a lower bound of any victim's stamp there, so a pick
-//    locks the shards that may hold the best victim, usually one, not all.
+//  - each shard publishes a lower bound of its oldest page's stamp per tier
+//    (read without its lock; exact after each tier-wide pick there), so a
+//    pick locks the shards that may hold the best victim, usually one.
 // The rules every pick keeps (pinned and held pages never go, filters, leaf
 // first, reserves) live in one place: the list scan in page_index.cc.
 //
@@ -33,8 +33,8 @@
 #include <array>
 #include <atomic>
 #include <cstddef>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -246,9 +246,11 @@ class IndexShard {
   size_t ProtectedLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   size_t GhostLocked(uint8_t tier) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  // VictimRank of the first page of `tier` in this shard (UINT64_MAX: none),
-  // read without the lock: a hint for choosing which shard to scan, exact
-  // only while no other thread changes the shard.
+  // A lower bound of the VictimRank of every page of `tier` in this shard
+  // (UINT64_MAX: none since the last tier-wide pick here), read without the
+  // lock: a hint for choosing which shard to scan. Exact after a tier-wide
+  // FindVictimLocked; taking out or restamping the first page leaves it low
+  // (a lower bound still) instead of loading the page that is first now.
   uint64_t OldestStamp(uint8_t tier) const { return oldest_[tier].load(std::memory_order_relaxed); }
 
   // The in-flight-put table (CacheLib's InFlightPuts): keys reserved by a PUT
@@ -325,7 +327,8 @@ class IndexShard {
   // tier's policy has one (then overflowing protected pages fall back).
   void LinkLocked(PageEntry* e, bool protect = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void UnlinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void UpdateOldestLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void UpdateOldestLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);  // exact again
+  void LowerOldestLocked(uint8_t tier, uint64_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // s3fifo: marked pages among small's oldest (until `window` unmarked ones
   // are passed) move to main; if small has fewer, marked pages at main's
   // tail are requeued at its head (each loses its mark).
@@ -337,7 +340,7 @@ class IndexShard {
   // The largest stamp linked here: a requeued page's (s3fifo), so every
   // list stays in stamp order without a global stamp under the lock.
   uint64_t newest_stamp_ ABSL_GUARDED_BY(mu) = 0;
-  // Written under mu (UpdateOldestLocked), read without it (OldestStamp).
+  // Written under mu (Update/LowerOldestLocked), read without it (OldestStamp).
   std::array<std::atomic<uint64_t>, kMaxTiers> oldest_;
   absl::flat_hash_map<std::pair<NamespaceId, PageKey>, std::shared_ptr<KeyInFlight>> inflight_
       ABSL_GUARDED_BY(mu);
