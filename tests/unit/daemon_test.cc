@@ -1,9 +1,9 @@
 // daemon/ pieces in isolation: tenants file, config checks, the request
 // decoder's error messages, the copy engine and client shm buffers.
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include <atomic>
 #include <cstring>
@@ -287,8 +287,16 @@ TEST(ClientBufferTest, TruncatedBufferFaultsAreCaught) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, 0), 0);
   close(fd);
+  sigset_t before, after;
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, nullptr, &before), 0);
   EXPECT_FALSE(GuardedRun([&] { std::memcpy(page.data(), (*buf)->data(), page.size()); }));
   EXPECT_FALSE(GuardedRun([&] { std::memcpy((*buf)->data(), page.data(), page.size()); }));
+  // The jump out of the handler leaves the thread's signal mask as it was
+  // (GuardedRun does not save and restore it): SIGBUS is not left blocked.
+  ASSERT_EQ(pthread_sigmask(SIG_SETMASK, nullptr, &after), 0);
+  EXPECT_EQ(sigismember(&after, SIGBUS), 0);
+  for (int sig = 1; sig < NSIG; ++sig)
+    EXPECT_EQ(sigismember(&before, sig), sigismember(&after, sig)) << sig;
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ nlohmann::json ToJson(const Summary& s);
 // page_bytes/512 tokens, fp16}); page_bytes must be a multiple of 512.
 absl::StatusOr<Layout> LayoutForPageBytes(uint64_t page_bytes);
 // `pages` keys of one prompt whose tokens are a function of `seed`, so
-// distinct seeds give distinct keys (no dedup) and equal seeds equal keys.
+// distinct seeds give distinct keys (no dedup: the first two tokens are 64
+// bits mixed from the seed) and equal seeds equal keys.
 std::vector<PageKey> SyntheticChain(const Layout& layout, uint64_t seed, size_t pages);
 // A per-process nonce mixed into seeds, so a rerun against a daemon that kept
 // an earlier run's pages still stores fresh pages.
