@@ -249,8 +249,9 @@ class IndexShard {
   // A lower bound of the VictimRank of every page of `tier` in this shard
   // (UINT64_MAX: none since the last tier-wide pick here), read without the
   // lock: a hint for choosing which shard to scan. Exact after a tier-wide
-  // FindVictimLocked; taking out or restamping the first page leaves it low
-  // (a lower bound still) instead of loading the page that is first now.
+  // FindVictimLocked and after the first page leaves the tier (evicted,
+  // deleted, moved); touching the first page leaves it low (a lower bound
+  // still) instead of loading the page that is first now.
   uint64_t OldestStamp(uint8_t tier) const { return oldest_[tier].load(std::memory_order_relaxed); }
 
   // The in-flight-put table (CacheLib's InFlightPuts): keys reserved by a PUT
@@ -326,7 +327,9 @@ class IndexShard {
   // oldest-page hint of its tier. `protect`: on the protected list, if the
   // tier's policy has one (then overflowing protected pages fall back).
   void LinkLocked(PageEntry* e, bool protect = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  void UnlinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Returns whether e was its tier's first page here (the hint's page): the
+  // hint is then left a lower bound, for a caller to make exact.
+  bool UnlinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void UpdateOldestLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);  // exact again
   void LowerOldestLocked(uint8_t tier, uint64_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // s3fifo: marked pages among small's oldest (until `window` unmarked ones
