@@ -97,8 +97,6 @@ TEST(LookupTest, ChainOverEveryShard) {
   EXPECT_EQ(EvictionOrder(*m, a, ids), want);
 }
 
-// Tail-first across shards: the chain's last hit goes first, its first hit
-// last, and pages past the miss keep their older PUT stamps.
 // A chain longer than a LOOKUP's segment (64 keys locked at a time) keeps
 // one tail-first order across segments, and a miss at a segment's edge
 // ends it there.
@@ -124,6 +122,8 @@ TEST(LookupTest, LongChainAcrossSegments) {
   }
 }
 
+// Tail-first across shards: the chain's last hit goes first, its first hit
+// last, and pages past the miss keep their older PUT stamps.
 TEST(LookupTest, TouchesTailFirstAndNothingPastTheMiss) {
   for (uint32_t shards : {1u, 4u, 64u}) {
     SCOPED_TRACE(shards);

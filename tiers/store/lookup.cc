@@ -94,10 +94,11 @@ LookupResult TierManager::Lookup(NamespaceId ns, absl::Span<const PageKey> keys)
   ChainShards& c = chain_shards;
   c.Build(index, ns, keys);
   const auto n = static_cast<uint32_t>(keys.size());
-  // Key i's stamp is first + n - 1 - i, taken for the whole chain up front
-  // (gaps past a miss cost nothing): tail-first, the chain's first key
-  // newest, so ancestors outlive their descendants in every list.
-  const uint64_t first = impl_->core.NextStamps(n);
+  // Key i's stamp is first + n - 1 - i, one block for the whole chain taken
+  // at its first hit (gaps past a miss cost nothing; a chain that misses at
+  // once takes none): tail-first, the chain's first key newest, so
+  // ancestors outlive their descendants in every list.
+  uint64_t first = 0;
   uint32_t hits = 0;
   for (uint32_t begin = 0; begin < n && hits == begin; begin += kSegment) {
     const uint32_t end = std::min(n, begin + kSegment);
@@ -137,6 +138,7 @@ LookupResult TierManager::Lookup(NamespaceId ns, absl::Span<const PageKey> keys)
            {e->ns_links.prev, e->ns_links.next, e->tier_links.prev, e->tier_links.next})
         if (p != nullptr) __builtin_prefetch(p, 1);
     }
+    if (begin == 0 && hits > 0) first = impl_->core.NextStamps(n);
     // Oldest stamp first, so each page goes on top of the one before.
     for (uint32_t i = hits; i > begin; --i) {
       IndexShard& shard = shard_at(i - 1);
