@@ -11,6 +11,7 @@ kvtier_test(
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_tenants_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_memory_test.cc
        ${PROJECT_SOURCE_DIR}/tests/unit/tiers_lookup_test.cc
+       ${PROJECT_SOURCE_DIR}/tests/unit/tiers_pointer_table_test.cc
   DEPS kvtier_tiers PkgConfig::XXHASH Threads::Threads
   LABELS unit
   TIMEOUT 120)

@@ -30,6 +30,7 @@ constexpr uint32_t kSegment = 64;
 // nothing once its thread has seen its longest chain.
 struct ChainShards {
   std::vector<uint32_t> shard_of;  // by key
+  std::vector<uint64_t> hash;      // by key: its hash in the shard's table
   std::vector<PageEntry*> entry;   // by key: the probe's hit (valid under the locks)
   std::vector<uint8_t> tier_of;    // by key: the tier the probe found it in
   std::vector<uint32_t> locked;    // the segment's distinct shards, ascending
@@ -39,9 +40,13 @@ struct ChainShards {
     const auto n = static_cast<uint32_t>(keys.size());
     if (seen.size() < index.num_shards()) seen.resize(index.num_shards(), 0);
     shard_of.resize(n);
+    hash.resize(n);
     entry.resize(n);
     tier_of.resize(n);
-    for (uint32_t i = 0; i < n; ++i) shard_of[i] = index.ShardIndex(ns, keys[i]);
+    for (uint32_t i = 0; i < n; ++i) {
+      shard_of[i] = index.ShardIndex(ns, keys[i]);
+      hash[i] = IndexShard::HashOf(ns, keys[i]);
+    }
   }
   // `locked` = the shards of keys [begin, end), ascending.
   void SegmentShards(uint32_t begin, uint32_t end) {
@@ -107,24 +112,22 @@ LookupResult TierManager::Lookup(NamespaceId ns, absl::Span<const PageKey> keys)
     // Each *Locked call below asserts its shard's lock (held by `lock`):
     // the analysis cannot follow a lock set.
     auto shard_at = [&](uint32_t i) -> IndexShard& { return index.shard(c.shard_of[i]); };
-    // A probe is dependent cache misses at millions of pages (table control
-    // bytes, slot, entry): the table lines of the next few keys are loaded
-    // ahead, whatever their shard, so their misses overlap.
+    // A probe is two dependent cache misses at millions of pages (the
+    // table's bucket, then the entry): the buckets of the next few keys are
+    // loaded ahead, whatever their shard, so their misses overlap. (Loading
+    // their entries too, once their buckets were in, made it slower.)
     constexpr uint32_t kAhead = 8;
-    for (uint32_t i = begin + 1; i < std::min(end, begin + kAhead); ++i) {
+    auto prefetch_bucket = [&](uint32_t i) {
       IndexShard& ahead = shard_at(i);
       ahead.mu.AssertHeld();
-      ahead.PrefetchLocked(ns, keys[i]);
-    }
+      ahead.PrefetchLocked(c.hash[i]);
+    };
+    for (uint32_t i = begin + 1; i < std::min(end, begin + kAhead); ++i) prefetch_bucket(i);
     for (; hits < end; ++hits) {
-      if (hits + kAhead < end) {
-        IndexShard& ahead = shard_at(hits + kAhead);
-        ahead.mu.AssertHeld();
-        ahead.PrefetchLocked(ns, keys[hits + kAhead]);
-      }
+      if (hits + kAhead < end) prefetch_bucket(hits + kAhead);
       IndexShard& shard = shard_at(hits);
       shard.mu.AssertHeld();
-      PageEntry* e = shard.FindLocked(ns, keys[hits]);
+      PageEntry* e = shard.FindLocked(ns, keys[hits], c.hash[hits]);
       if (e == nullptr) break;  // the chain ends here: nothing past it is touched
       c.entry[hits] = e;
       c.tier_of[hits] = e->tier;

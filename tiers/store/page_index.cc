@@ -119,12 +119,11 @@ IndexShard::IndexShard() {
 }
 
 PageEntry* IndexShard::FindLocked(NamespaceId ns, const PageKey& key) const {
-  auto it = map_.find(IndexKey{ns, key});
-  return it == map_.end() ? nullptr : *it;
+  return map_.Find(IndexKey{ns, key});
 }
 
 void IndexShard::InsertLocked(PageEntry* e, uint64_t stamp) {
-  map_.insert(e);
+  map_.Insert(e);
   e->stamp = stamp;
   // 2q: a page PUT again soon after probation dropped it is one that is
   // reused; it skips probation.
@@ -132,7 +131,7 @@ void IndexShard::InsertLocked(PageEntry* e, uint64_t stamp) {
 }
 
 void IndexShard::DetachLocked(PageEntry* e) {
-  map_.erase(e);
+  map_.Erase(e);
   // Leaving the index (an eviction, a DELETE): the next pick wants the page
   // that is first now anyway, so the hint is made exact here at no extra
   // cost; left low, every pick after an eviction scanned a second shard
@@ -438,8 +437,10 @@ PageEntry* IndexShard::FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) 
 }
 
 std::vector<PageEntry*> IndexShard::DrainLocked() {
-  std::vector<PageEntry*> out(map_.begin(), map_.end());
-  map_.clear();
+  std::vector<PageEntry*> out;
+  out.reserve(map_.size());
+  map_.ForEach([&out](PageEntry* e) { out.push_back(e); });
+  map_.Clear();
   tiers_.clear();
   for (auto& o : oldest_) o.store(UINT64_MAX, std::memory_order_relaxed);
   return out;

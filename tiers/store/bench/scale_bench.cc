@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "kvtier/cli.h"
+#include "tiers/store/bench/memory_floor.h"
 #include "tiers/store/bench/scale_store.h"
 
 ABSL_FLAG(uint32_t, namespaces, 1000, "namespaces (tenants), Zipf-weighted");
@@ -37,6 +38,10 @@ ABSL_FLAG(int, repeats, 5, "eviction and full-tier PUT repeats; the median is re
 ABSL_FLAG(bool, evict_every_point, true,
           "measure eviction at every checkpoint; false: at the last only, so the LOOKUPs of "
           "every checkpoint find whole chains (eviction leaves holes in the oldest)");
+ABSL_FLAG(bool, memory_floor, true,
+          "with a reference store: after the last checkpoint, measure LOOKUP's access pattern "
+          "alone (a random line, then the line it names, per key) over arrays the size of each "
+          "store's index, in alternation, and print its ratio beside LOOKUP's");
 ABSL_FLAG(std::string, label, "current", "label of this run's rows (e.g. the build measured)");
 ABSL_FLAG(std::string, csv, "", "append rows to this CSV (header written when new)");
 ABSL_FLAG(uint64_t, seed, 1, "workload seed");
@@ -213,6 +218,31 @@ std::unique_ptr<bench::ScaleStore> MakeReference() {
   return *std::move(ref);
 }
 
+// The memory floor at both stores' index footprints (memory_floor.h), in
+// alternation, beside the LOOKUP p50 ratio of the same run.
+void PrintMemoryFloor(const Row& row, std::mt19937_64& rng) {
+  const uint64_t ref_pages = ParseCount(absl::GetFlag(FLAGS_ref_pages));
+  const uint64_t bytes[2] = {uint64_t(row.anon * double(row.pages)),
+                             uint64_t(row.anon * double(ref_pages))};
+  bench::MemoryFloor main(bytes[0], 1), ref(bytes[1], 2);
+  std::vector<double> p50[2];
+  const uint32_t keys = absl::GetFlag(FLAGS_chain_pages), ops = absl::GetFlag(FLAGS_lookups);
+  for (int r = 0; r < absl::GetFlag(FLAGS_lookup_rounds); ++r) {
+    if (r % 2 == 1) p50[1].push_back(ref.MeasureP50Us(keys, ops, rng));
+    p50[0].push_back(main.MeasureP50Us(keys, ops, rng));
+    if (r % 2 == 0) p50[1].push_back(ref.MeasureP50Us(keys, ops, rng));
+  }
+  const double m = Median(p50[0]), f = Median(p50[1]);
+  const double lookup =
+      row.ref.lookup.p50_us > 0 ? row.main.lookup.p50_us / row.ref.lookup.p50_us : 0;
+  std::printf(
+      "memory floor (%u keys an op: a random line, then the line it names): %.0f MiB p50 %.2f us, "
+      "%.0f MiB %.2f us: ratio %.2f (difference %.2f us); LOOKUP p50 ratio %.2f (difference "
+      "%.2f us)\n",
+      keys, double(bytes[0]) / 1048576, m, double(bytes[1]) / 1048576, f, f > 0 ? m / f : 0, m - f,
+      lookup, row.main.lookup.p50_us - row.ref.lookup.p50_us);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,6 +295,7 @@ int main(int argc, char** argv) {
     if (last) MeasureFullPuts(stores, row);
     PrintRow(row);
     AppendCsv(absl::GetFlag(FLAGS_csv), absl::GetFlag(FLAGS_label), row);
+    if (last && ref != nullptr && absl::GetFlag(FLAGS_memory_floor)) PrintMemoryFloor(row, rng);
   }
   return 0;
 }

@@ -47,6 +47,7 @@
 #include "tiers/common/huge_pages.h"
 #include "tiers/store/eviction_policy.h"
 #include "tiers/store/internal/lru.h"
+#include "tiers/store/internal/pointer_table.h"
 #include "tiers/store/tier_manager.h"
 #include "tiers/tier.h"
 
@@ -110,8 +111,8 @@ struct IndexKey {
   const PageKey& key;
 };
 
-// The hash set stores bare pointers (8 bytes a slot) and finds them by
-// IndexKey through heterogeneous lookup, so the key is not stored twice.
+// The shard's table stores bare pointers (8 bytes a slot) and finds them by
+// IndexKey, so the key is not stored twice.
 struct EntryHash {
   using is_transparent = void;
   size_t operator()(const IndexKey& k) const { return absl::HashOf(k.ns, k.key); }
@@ -177,9 +178,18 @@ class IndexShard {
   absl::Mutex mu;
 
   PageEntry* FindLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Starts loading the table lines a FindLocked of the key will read.
-  void PrefetchLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    map_.prefetch(IndexKey{ns, key});
+  // A probe in two steps, for a caller that probes many keys (LOOKUP): the
+  // key's table hash once, its bucket's load started a few keys ahead, then
+  // FindLocked with the same hash.
+  static uint64_t HashOf(NamespaceId ns, const PageKey& key) {
+    return EntryHash()(IndexKey{ns, key});
+  }
+  void PrefetchLocked(uint64_t hash) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    map_.Prefetch(hash);
+  }
+  PageEntry* FindLocked(NamespaceId ns, const PageKey& key, uint64_t hash) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return map_.Find(IndexKey{ns, key}, hash);
   }
   // Inserts a new entry (key absent), stamps it and links it at the head of
   // its lists.
@@ -337,8 +347,7 @@ class IndexShard {
   // tail are requeued at its head (each loses its mark).
   void RequeueAccessedLocked(uint8_t tier, uint32_t window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  absl::flat_hash_set<PageEntry*, EntryHash, EntryEq, HugePageAllocator<PageEntry*>> map_
-      ABSL_GUARDED_BY(mu);
+  PointerTable<PageEntry, EntryHash, EntryEq> map_ ABSL_GUARDED_BY(mu);
   std::vector<TierLists> tiers_ ABSL_GUARDED_BY(mu);  // by tier; grown on demand
   // The largest stamp linked here: a requeued page's (s3fifo), so every
   // list stays in stamp order without a global stamp under the lock.
