@@ -13,7 +13,12 @@
 # free and it may (root), and gives them back at exit; else it says so and
 # skips the run.
 # kvtier-first-restore-bench stores the demo's prompt (124m, 2,048 tokens)
-# once per daemon, then starts one fresh process per repeat.
+# once per daemon, then starts one fresh process per repeat, which starts as
+# kvtier-generate does (DecoderSession::Create: the arena, then HELLO +
+# REGISTER on a helper thread while the weights are drawn and hashed),
+# restores the prompt, and GETs the same pages again once warm. The figure of
+# issue 28: (Create's wait for the daemon link + the restore) / the warm GET,
+# target <= 2; the link's own HELLO + REGISTER time is reported beside it.
 #   scripts/bench_first_touch.sh [kvtier-first-restore-bench flags, e.g. --repeats=11]
 # KVTIER_BUILD_DIR picks the build (default: scripts/lib/bench_build.sh); KVTIER_NO_BUILD=1 skips building.
 set -euo pipefail

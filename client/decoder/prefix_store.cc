@@ -46,7 +46,7 @@ PageKey ModelFingerprint(const ModelWeights& w) {
 
 absl::StatusOr<std::unique_ptr<PrefixStore>> PrefixStore::Connect(ClientOptions options,
                                                                   PagedKvCache* cache,
-                                                                  const PageKey& root) {
+                                                                  std::optional<PageKey> root) {
   options.layout = cache->layout();
   if (options.client_name.empty()) options.client_name = "kvtier-decoder";
   ASSIGN_OR_RETURN(std::unique_ptr<Client> client, Client::Connect(options));
@@ -65,7 +65,22 @@ PrefixStore::~PrefixStore() {
   if (client_) (void)client_->UnregisterBuffer(buffer_);
 }
 
+absl::Status PrefixStore::SetRoot(const PageKey& root) {
+  if (root_.has_value() && !(*root_ == root))
+    return absl::FailedPreconditionError(absl::StrCat(
+        "prefix store: keyed under model ", root_->ToHex(), " already, not ", root.ToHex()));
+  root_ = root;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PageKey> PrefixStore::Root() const {
+  if (!root_.has_value())
+    return absl::FailedPreconditionError("prefix store: no model fingerprint yet (SetRoot)");
+  return *root_;
+}
+
 absl::StatusOr<RestorePlan> PrefixStore::Plan(SeqId seq, absl::Span<const uint32_t> prompt) {
+  ASSIGN_OR_RETURN(const PageKey root, Root());
   RestorePlan p;
   if (cache_.Length(seq) != 0)
     return absl::FailedPreconditionError(absl::StrCat("restore: sequence ", seq, " is not empty"));
@@ -73,7 +88,7 @@ absl::StatusOr<RestorePlan> PrefixStore::Plan(SeqId seq, absl::Span<const uint32
   p.pages_looked_up = uint32_t(prompt.size() / tpp);
   if (p.pages_looked_up == 0) return p;
   std::vector<PageKey> keys =
-      DeriveChain(cache_.layout().Id(), tpp, prompt.first(size_t(p.pages_looked_up) * tpp), root_);
+      DeriveChain(cache_.layout().Id(), tpp, prompt.first(size_t(p.pages_looked_up) * tpp), root);
   if (cache_.sliding_window() > 0) return PlanWindowTail(seq, uint32_t(prompt.size()), std::move(keys), p);
   ASSIGN_OR_RETURN(LookupResult hit, client_->Lookup(keys));
   // Tests evict a page here: a hit on LOOKUP that is gone by the GET.
@@ -155,6 +170,7 @@ absl::StatusOr<RestoreResult> PrefixStore::Restore(SeqId seq, absl::Span<const u
 }
 
 absl::StatusOr<PutResult> PrefixStore::Publish(SeqId seq, absl::Span<const uint32_t> tokens) {
+  ASSIGN_OR_RETURN(const PageKey root, Root());
   PutResult total;
   const uint32_t tpp = cache_.tokens_per_page();
   const uint32_t length = cache_.Length(seq);
@@ -163,7 +179,8 @@ absl::StatusOr<PutResult> PrefixStore::Publish(SeqId seq, absl::Span<const uint3
   const uint32_t full = length / tpp;
   Published& pub = published_[seq];
   if (full == 0) return total;
-  std::vector<PageKey> keys = DeriveChain(cache_.layout().Id(), tpp, tokens.first(size_t(full) * tpp), root_);
+  std::vector<PageKey> keys =
+      DeriveChain(cache_.layout().Id(), tpp, tokens.first(size_t(full) * tpp), root);
   // Stored pages whose key changed (rolled back and regenerated) are redone.
   size_t done = 0;
   while (done < pub.keys.size() && done < keys.size() && pub.keys[done] == keys[done]) ++done;
@@ -172,7 +189,7 @@ absl::StatusOr<PutResult> PrefixStore::Publish(SeqId seq, absl::Span<const uint3
   if (done >= full) return total;
   std::vector<uint64_t> offsets;
   for (size_t i = done; i < full; ++i) offsets.push_back(cache_.PageOffset(table[i]));
-  const PageKey parent = done == 0 ? root_ : keys[done - 1];
+  const PageKey parent = done == 0 ? root : keys[done - 1];
   ASSIGN_OR_RETURN(total, client_->Put(absl::MakeConstSpan(keys).subspan(done), parent, buffer_, offsets));
   // Only the leading pages kept: a page may fail anywhere in the chain.
   keys.resize(done + total.leading_kept);

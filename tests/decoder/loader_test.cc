@@ -3,11 +3,20 @@
 // reference), a bias the config does not declare (or a declared one that is
 // missing) refused by name, tensors the model never reads skipped whatever
 // their dtype, absent config keys taking LlamaConfig's defaults, and the
-// sliding window taken from config.json unless the caller overrides it.
+// sliding window taken from config.json unless the caller overrides it. A
+// session reads config.json before the weights (to size its KV arena) and
+// refuses a checkpoint whose config.json changed in between.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -211,6 +220,74 @@ TEST_F(LoaderTest, SessionTakesTheWindowFromConfigUnlessOverridden) {
   auto full = DecoderSession::Create(o);
   ASSERT_TRUE(full.ok());
   EXPECT_EQ((*full)->cache().sliding_window(), 0u);
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Writes `text` to the FIFO `path` once a reader has it open; false when
+// none comes by `deadline` (polled, so a test that fails does not hang).
+bool WriteToNextReader(const std::string& path, const std::string& text,
+                       Clock::time_point deadline) {
+  int fd;
+  while ((fd = open(path.c_str(), O_WRONLY | O_NONBLOCK)) < 0) {
+    if (errno != ENXIO || Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool ok = write(fd, text.data(), text.size()) == ssize_t(text.size());
+  close(fd);
+  return ok;
+}
+
+// Serves `first` to the FIFO's next reader and, once that reader has closed
+// it (inotify: a read-only close), `second` to the one after: a config.json
+// rewritten exactly between two reads of it. Returns how many were served.
+int ServeTwice(const std::string& path, const std::string& first, const std::string& second) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+  const int in = inotify_init1(IN_CLOEXEC);
+  if (in < 0 || inotify_add_watch(in, path.c_str(), IN_CLOSE_NOWRITE) < 0) return 0;
+  int served = 0;
+  if (WriteToNextReader(path, first, deadline)) {
+    ++served;
+    pollfd p{in, POLLIN, 0};
+    char event[sizeof(inotify_event) + 256];
+    if (poll(&p, 1, 10000) == 1 && read(in, event, sizeof(event)) > 0 &&
+        WriteToNextReader(path, second, deadline))
+      ++served;
+  }
+  close(in);
+  return served;
+}
+
+TEST_F(LoaderTest, SessionRefusesAConfigChangedWhileItStarts) {
+  ModelConfig c = *NamedConfig("tiny");
+  Write(*RandomWeights(c, 2, 0.1f));
+  const std::string config = dir_ + "/config.json";
+  std::filesystem::remove(config);
+  ASSERT_EQ(mkfifo(config.c_str(), 0600), 0);
+  SessionOptions o;
+  o.checkpoint_dir = dir_;
+  o.tokens_per_page = 8;
+  o.use_daemon = false;
+  // Control: the same text twice starts the session (config.json is read
+  // twice, and a FIFO serves it).
+  int served = 0;
+  std::thread same([&] { served = ServeTwice(config, c.ToJson(), c.ToJson()); });
+  auto s = DecoderSession::Create(o);
+  same.join();
+  ASSERT_EQ(served, 2);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // The weights' shapes hold for both texts: only the comparison notices.
+  ModelConfig rewritten = c;
+  rewritten.rope_theta = 500000.0f;
+  std::thread changed([&] { served = ServeTwice(config, c.ToJson(), rewritten.ToJson()); });
+  auto refused = DecoderSession::Create(o);
+  changed.join();
+  ASSERT_EQ(served, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted) << refused.status();
+  EXPECT_NE(refused.status().message().find("config.json changed while the session started"),
+            std::string::npos)
+      << refused.status();
 }
 
 }  // namespace

@@ -5,13 +5,15 @@
 // completed during decode are stored too; kvtier-generate runs with and
 // without a daemon. Layer-wise restore (the daemon's layer-wise GET, prefill
 // gated per layer) gives exactly the output of whole-page restore, also when
-// a page looked up is gone by the GET.
+// a page looked up is gone by the GET. DecoderSession::Create links to the
+// daemon while its weights load, and runs without one with a note.
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "kvtier/decoder/generator.h"
 #include "kvtier/decoder/prefix_store.h"
+#include "kvtier/decoder/session.h"
 #include "kvtier/test_hooks.h"
 #include "tests/decoder/decoder_test_util.h"
 #include "tests/integration/daemon_fixture.h"
@@ -104,6 +106,102 @@ TEST_F(ReuseTest, DifferentModelsDoNotShareKeys) {
   auto r = g.Generate(prompt, {.max_new_tokens = 2});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->stats.restored_tokens, 0u);  // same layout, same tokens, other weights
+}
+
+// A store connected before the model is known derives no key until its
+// root is set, and keeps the root it was given.
+TEST_F(ReuseTest, StoreWithoutRootDerivesNoKeysUntilSetRoot) {
+  auto store = PrefixStore::Connect(itest::Options(daemon_->endpoint()), m_.cache.get());
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<uint32_t> prompt = PromptTokens(40, 11);
+  Generator g(m_.model.get(), store->get());
+  auto r = g.Generate(prompt, {.max_new_tokens = 2});
+  ASSERT_TRUE(r.ok()) << r.status();  // reuse fails soft: the run computes everything
+  EXPECT_NE(r->stats.reuse_note.find("no model fingerprint"), std::string::npos)
+      << r->stats.reuse_note;
+  EXPECT_EQ(r->stats.pages_put, 0u);
+  SeqId seq = m_.cache->AddSequence();
+  EXPECT_EQ((*store)->Restore(seq, prompt).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*store)->Publish(seq, prompt).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(m_.cache->RemoveSequence(seq).ok());
+  const PageKey root = ModelFingerprint(*m_.weights);
+  ASSERT_TRUE((*store)->SetRoot(root).ok());
+  EXPECT_TRUE((*store)->SetRoot(root).ok());
+  EXPECT_EQ((*store)->SetRoot(ModelFingerprint(*TinyWeights(2))).code(),
+            absl::StatusCode::kFailedPrecondition);
+  Run(prompt, /*reuse=*/true);  // stores through store_: the same root
+  auto warm = g.Generate(prompt, {.max_new_tokens = 2});
+  ASSERT_TRUE(warm.ok()) << warm.status();
+  EXPECT_EQ(warm->stats.restored_tokens, 32u);
+}
+
+SessionOptions TinySession(const std::string& endpoint) {
+  SessionOptions o;
+  o.size = "tiny";
+  o.tokens_per_page = kTpp;
+  o.kv_pages = 8;
+  o.client = itest::Options(endpoint);
+  return o;
+}
+
+// DecoderSession::Create as kvtier-generate runs it: HELLO + REGISTER on a
+// helper thread while the weights load, the store rooted at the weights'
+// fingerprint once they are hashed. A second session (a fresh process's
+// first touch) restores what the first stored.
+TEST_F(ReuseTest, SessionLinksWhileWeightsLoadAndRestores) {
+  const SessionOptions o = TinySession(daemon_->endpoint());
+  const std::vector<uint32_t> prompt = PromptTokens(40, 5);
+  auto first = DecoderSession::Create(o);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_NE((*first)->store(), nullptr) << (*first)->daemon_note();
+  EXPECT_EQ((*first)->daemon_note(), "");
+  EXPECT_GT((*first)->timings().connect_ms, 0);
+  EXPECT_GE((*first)->timings().connect_wait_ms, 0);
+  EXPECT_LE((*first)->timings().connect_wait_ms, (*first)->timings().connect_ms);
+  EXPECT_EQ((*first)->fingerprint(), ModelFingerprint((*first)->weights()));
+  auto stored = (*first)->generator().Generate(prompt, {.max_new_tokens = 4});
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->stats.pages_put, 2u);
+  auto second = DecoderSession::Create(o);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_NE((*second)->store(), nullptr) << (*second)->daemon_note();
+  auto restored = (*second)->generator().Generate(prompt, {.max_new_tokens = 4});
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ(restored->stats.restored_tokens, 32u);
+  EXPECT_EQ(restored->stats.reuse_note, "");
+  EXPECT_EQ(restored->tokens, stored->tokens);
+}
+
+// No socket: no helper thread, the note at once. A daemon that does not
+// answer: the helper thread's HELLO fails and becomes the note. Either way
+// the session generates without reuse.
+TEST_F(ReuseTest, SessionRunsWithoutDaemonWithTheNote) {
+  SessionOptions o = TinySession("ipc://" + daemon_->dir() + "/no-such.sock");
+  auto s = DecoderSession::Create(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)->store(), nullptr);
+  EXPECT_EQ((*s)->daemon_note(), "no daemon (no socket at ipc://" + daemon_->dir() +
+                                     "/no-such.sock): running without reuse");
+  EXPECT_EQ((*s)->timings().connect_ms, 0);
+  EXPECT_EQ((*s)->timings().connect_wait_ms, 0);
+  auto r = (*s)->generator().Generate(PromptTokens(40, 5), {.max_new_tokens = 2});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stats.restored_tokens, 0u);
+  o.client.endpoint = "tcp://127.0.0.1:1";  // nothing listens: HELLO times out
+  o.client.timeout = std::chrono::milliseconds(300);
+  auto silent = DecoderSession::Create(o);
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  EXPECT_EQ((*silent)->store(), nullptr);
+  EXPECT_TRUE(absl::StartsWith((*silent)->daemon_note(), "no daemon ("))
+      << (*silent)->daemon_note();
+  EXPECT_GT((*silent)->timings().connect_ms, 0);
+  r = (*silent)->generator().Generate(PromptTokens(40, 5), {.max_new_tokens = 2});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->stats.restored_tokens, 0u);
+  o.use_daemon = false;
+  auto off = DecoderSession::Create(o);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ((*off)->daemon_note(), "daemon disabled (--no_daemon)");
 }
 
 TEST_F(ReuseTest, GenerateToolRunsWithAndWithoutDaemon) {

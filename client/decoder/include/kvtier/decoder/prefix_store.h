@@ -11,12 +11,16 @@
 // delivers layer 0 of every page, then layer 1, ..., so the forward pass of
 // the remaining tokens computes layer l while later layers are still copied.
 //
-// Thread-safety: not thread-safe (a Client is one session on one socket).
+// Thread-safety: not thread-safe (a Client is one session on one socket). It
+// may be made on one thread and used on another after a handoff that
+// synchronizes (a thread join, a future): DecoderSession connects on a
+// helper thread while its weights load.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -59,11 +63,19 @@ class PendingRestore;
 class PrefixStore {
  public:
   // Connects with `options` (its layout is set to the cache's) and registers
-  // the cache's arena. Unavailable when no daemon answers.
-  static absl::StatusOr<std::unique_ptr<PrefixStore>> Connect(ClientOptions options,
-                                                              PagedKvCache* cache,
-                                                              const PageKey& root);
+  // the cache's arena, which must outlive the store. Unavailable when no
+  // daemon answers. `root` is the fingerprint of the model the pages are
+  // keyed under; without one the store connects before the weights are
+  // hashed and derives no key until SetRoot.
+  static absl::StatusOr<std::unique_ptr<PrefixStore>> Connect(
+      ClientOptions options, PagedKvCache* cache, std::optional<PageKey> root = std::nullopt);
   ~PrefixStore();
+
+  // Sets the root Connect was not given. Restore, StartRestore and Publish
+  // fail with FailedPrecondition until a root is set. FailedPrecondition
+  // when another root is set already: what Publish remembers was keyed
+  // under it.
+  absl::Status SetRoot(const PageKey& root);
 
   Client& client() { return *client_; }
   // The arena's registration (GETs into it land where Restore puts pages).
@@ -110,12 +122,14 @@ class PrefixStore {
   struct Published {
     std::vector<PageKey> keys;  // keys of the pages stored so far, in order
   };
-  PrefixStore(std::unique_ptr<Client> client, PagedKvCache* cache, const PageKey& root)
+  // The root, or FailedPrecondition before SetRoot.
+  absl::StatusOr<PageKey> Root() const;
+  PrefixStore(std::unique_ptr<Client> client, PagedKvCache* cache, std::optional<PageKey> root)
       : client_(std::move(client)), cache_(*cache), root_(root) {}
 
   std::unique_ptr<Client> client_;
   PagedKvCache& cache_;
-  PageKey root_;
+  std::optional<PageKey> root_;
   BufferId buffer_ = 0;
   absl::flat_hash_map<SeqId, Published> published_;
 };

@@ -2,7 +2,8 @@
 // of options: weights (a checkpoint directory or random weights of a named
 // size), the paged KV cache sized for the job, the model, and — when a daemon
 // answers — the PrefixStore. Shared by kvtier-generate, the benchmark and the
-// tests so they all run the same wiring.
+// tests so they all run the same wiring. The daemon link (HELLO + REGISTER of
+// the arena) is made while the weights load: it needs only the KV layout.
 #pragma once
 
 #include <cstdint>
@@ -42,10 +43,26 @@ struct SessionOptions {
   ClientOptions client;         // endpoint/tenant/token; the layout is filled in
 };
 
+// Where DecoderSession::Create's time went, in ms (for benchmarks and logs).
+struct SessionTimings {
+  double arena_ms = 0;          // the KV arena created and cleared
+  long arena_minor_faults = 0;  // minor page faults of Create's thread meanwhile
+  double weights_ms = 0;        // weights loaded or drawn, and fingerprinted
+  // HELLO + REGISTER of the arena, on a helper thread while the weights
+  // load; 0 when no daemon was contacted.
+  double connect_ms = 0;
+  // How long Create then waited for that link with everything else ready
+  // (weights, fingerprint, model): 0 when the weight load hid it.
+  double connect_wait_ms = 0;
+};
+
 class DecoderSession {
  public:
-  // Fails on bad weights or cache options. A daemon that does not answer is
-  // not an error: store() is then null and daemon_note() says why.
+  // Fails on bad weights or cache options, and with Aborted when a
+  // checkpoint's config.json changed between the read that sized the KV
+  // arena and the weight load. A daemon that does not answer is not an
+  // error: store() is then null and daemon_note() says why. Returns only
+  // once the daemon link is made or failed (no thread outlives Create).
   static absl::StatusOr<std::unique_ptr<DecoderSession>> Create(const SessionOptions& options);
 
   // The root of the page keys (ModelFingerprint, or DeviceRandomFingerprint).
@@ -56,18 +73,25 @@ class DecoderSession {
   Model& model() { return *model_; }
   PrefixStore* store() { return store_.get(); }
   const std::string& daemon_note() const { return daemon_note_; }
+  const SessionTimings& timings() const { return timings_; }
   Generator generator() { return Generator(model_.get(), store_.get()); }
 
  private:
   DecoderSession() = default;
-  absl::Status LoadWeights(const SessionOptions& o, CudaForwardOptions* cuda);
-  absl::Status Connect(const SessionOptions& o);
+  // The arena for `config` (the one the weights must then have).
+  absl::Status CreateCache(const SessionOptions& o, const ModelConfig& config);
+  absl::Status LoadWeights(const SessionOptions& o, const ModelConfig& config,
+                           CudaForwardOptions* cuda);
+  // Takes the helper thread's link (or notes why there is none) and roots
+  // its keys at the fingerprint.
+  absl::Status AdoptLink(absl::StatusOr<std::unique_ptr<PrefixStore>> store);
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<PagedKvCache> cache_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<PrefixStore> store_;
   std::string daemon_note_;
   PageKey fingerprint_;
+  SessionTimings timings_;
 };
 
 }  // namespace kvtier::decoder
