@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <random>
 
 namespace kvtier::tiers::bench {

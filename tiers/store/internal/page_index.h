@@ -44,7 +44,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "kvtier/page_key.h"
-#include "tiers/common/huge_pages.h"
 #include "tiers/store/eviction_policy.h"
 #include "tiers/store/internal/lru.h"
 #include "tiers/store/internal/pointer_table.h"
@@ -114,12 +113,10 @@ struct IndexKey {
 // The shard's table stores bare pointers (8 bytes a slot) and finds them by
 // IndexKey, so the key is not stored twice.
 struct EntryHash {
-  using is_transparent = void;
   size_t operator()(const IndexKey& k) const { return absl::HashOf(k.ns, k.key); }
   size_t operator()(const PageEntry* e) const { return absl::HashOf(e->ns, e->key); }
 };
 struct EntryEq {
-  using is_transparent = void;
   static IndexKey Of(const PageEntry* e) { return IndexKey{e->ns, e->key}; }
   static IndexKey Of(const IndexKey& k) { return k; }
   template <typename A, typename B>
