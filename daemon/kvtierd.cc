@@ -64,7 +64,8 @@ ABSL_FLAG(std::string, frontend_copy_bytes, "256KiB",
 ABSL_FLAG(std::string, eviction, "lru",
           "eviction policy: lru; 2q (pages read or PUT again are protected from a flood of "
           "one-off pages); arc (2q whose protected share adapts, as ARC's); or s3fifo (a small "
-          "and a main FIFO, reads only mark pages, as S3-FIFO's); "
+          "and a main FIFO, reads only mark pages, as S3-FIFO's); or prefix (a chain's unread last "
+          "page goes first, pages read or PUT again last, each by age); "
           "docs/OPERATIONS.md, \"Eviction policies\"; one for every tier, or per tier as "
           "host=2q,nvme=lru");
 ABSL_FLAG(std::string, hbm_bytes, "0", "HBM (GPU) tier capacity, e.g. 16GiB; 0 = no HBM tier");

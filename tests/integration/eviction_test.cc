@@ -1,5 +1,6 @@
-// kvtierd --eviction (issue 30) on a real daemon: under 2q pages read again
-// outlive another tenant's flood of one-off pages that takes them under lru,
+// kvtierd --eviction (issue 30) on a real daemon: under 2q and prefix pages
+// read again outlive another tenant's flood of one-off pages that takes them
+// under lru,
 // kvtierctl's stats say which policy a tier runs and how many pages it
 // protects, and an unknown policy or a tier the daemon lacks is refused at
 // start (exit 2) naming the choices.
@@ -81,11 +82,14 @@ size_t HotPagesLeft(const std::string& eviction, std::string* tier_policy,
   return left;
 }
 
-TEST(EvictionFlagTest, Under2qPagesReadAgainOutliveAFloodThatTakesThemUnderLru) {
+TEST(EvictionFlagTest, Under2qAndPrefixPagesReadAgainOutliveAFloodThatTakesThemUnderLru) {
   std::string policy;
   uint64_t protected_pages = 0;
   EXPECT_EQ(HotPagesLeft("2q", &policy, &protected_pages), kHot);
   EXPECT_EQ(policy, "2q");
+  EXPECT_GE(protected_pages, kHot);
+  EXPECT_EQ(HotPagesLeft("prefix", &policy, &protected_pages), kHot);
+  EXPECT_EQ(policy, "prefix");
   EXPECT_GE(protected_pages, kHot);
   EXPECT_EQ(HotPagesLeft("lru", &policy, &protected_pages), 0u);
   EXPECT_EQ(policy, "lru");
@@ -98,7 +102,8 @@ TEST(EvictionFlagTest, AnUnknownPolicyOrTierIsRefusedAtStartNamingTheChoices) {
     std::string flag, says;
   };
   for (const Case& c : std::vector<Case>{
-           {"--eviction=fifo", "unknown eviction policy 'fifo' (choices: lru, 2q, arc, s3fifo)"},
+           {"--eviction=fifo",
+            "unknown eviction policy 'fifo' (choices: lru, 2q, arc, s3fifo, prefix)"},
            {"--eviction=nvme=2q", "tier 'nvme', which this store does not have (its tiers: host)"},
            {"--eviction=host=lfu", "for tier 'host': unknown eviction policy 'lfu'"}}) {
     CommandResult r = RunCommand({KVTIERD_PATH, "--state_dir=" + dir.File("state"),

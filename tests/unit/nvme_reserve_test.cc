@@ -179,7 +179,8 @@ INSTANTIATE_TEST_SUITE_P(ReserveOnOff, ReservePromotionTest,
                                             ::testing::Values(EvictionPolicy::kLru,
                                                               EvictionPolicy::k2q,
                                                               EvictionPolicy::kArc,
-                                                              EvictionPolicy::kS3Fifo)),
+                                                              EvictionPolicy::kS3Fifo,
+                                                              EvictionPolicy::kPrefix)),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "Reserved" : "Unreserved") +
                                   "_" + std::string(EvictionPolicyName(std::get<1>(info.param)));

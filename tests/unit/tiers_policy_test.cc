@@ -1,4 +1,5 @@
-// Eviction policies (tiers/store/eviction_policy.h): what 2q promises beyond LRU
+// Eviction policies (tiers/store/eviction_policy.h): what 2q, arc, s3fifo and
+// prefix promise beyond LRU
 // (pages read again outlive a flood of one-off pages; a page PUT again soon
 // after its eviction skips probation; protected pages stay within their
 // share), that it keeps the store's rules (pinned pages stay, leaf-first),
@@ -211,12 +212,13 @@ TEST(EvictionPolicyTest, TheFlagNamesTheChoices) {
     const char* says;
   };
   for (const Bad& b : std::vector<Bad>{
-           {"lfu", "unknown eviction policy 'lfu' (choices: lru, 2q, arc, s3fifo)"},
+           {"lfu", "unknown eviction policy 'lfu' (choices: lru, 2q, arc, s3fifo, prefix)"},
            {"", "--eviction is empty"},
            {"hbm=2q", "tier 'hbm', which this store does not have (its tiers: host, nvme)"},
            {"host=2q,host=lru", "names tier 'host' twice"},
            {"host=fifo",
-            "for tier 'host': unknown eviction policy 'fifo' (choices: lru, 2q, arc, s3fifo)"}}) {
+            "for tier 'host': unknown eviction policy 'fifo' (choices: lru, 2q, arc, s3fifo, "
+            "prefix)"}}) {
     auto r = ParseEvictionFlag(b.value, tiers);
     ASSERT_FALSE(r.ok()) << b.value;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
@@ -336,6 +338,87 @@ TEST(EvictionPolicyTest, APagePromotedBackIsAGhostHitOfTheTierThatDemotedIt) {
       EXPECT_EQ(shard.ProtectedCapLocked(0) / kPage, 1u) << "arc did not adapt to the ghost hit";
     if (policy != EvictionPolicy::kS3Fifo) EXPECT_TRUE(a->flags & PageEntry::kProtected);
   }
+}
+
+// prefix: once its offsets are measured (a window of 64 arrivals here), a
+// chain's unread last page goes before the pages that lead to it, and a
+// flood of one-off pages (each a chain end) takes its own oldest pages
+// before a chain's middle or a page read again. Under LRU the flood takes
+// them all. The chain's parents leave the chain ends as their children come
+// (StoreCore::AttachToParent): without it the flood took them too.
+TEST(EvictionPolicyTest, PrefixTakesChainEndsFirstAndReusedPagesLast) {
+  for (EvictionPolicy policy : {EvictionPolicy::kLru, EvictionPolicy::kPrefix}) {
+    SCOPED_TRACE(std::string(EvictionPolicyName(policy)));
+    const bool prefix = policy == EvictionPolicy::kPrefix;
+    auto m = Manager(policy);
+    const NamespaceId a = AddNs(*m, "a"), b = AddNs(*m, "b");
+    Flood(*m, b, 1000, 2 * kTierPages);  // a full window of arrivals
+    PageKey parent = PageKey::Zero();
+    for (uint64_t k = 10; k < 14; ++k) {
+      ASSERT_TRUE(Put(*m, a, Key(k), parent, Bytes(kPage, k)).ok());
+      parent = Key(k);
+    }
+    Flood(*m, a, 50, 1);
+    ASSERT_TRUE(m->PinForRead(a, Key(50)).has_value());
+    Flood(*m, b, 2000, kTierPages);
+    EXPECT_EQ(Present(*m, a, 10, 3), prefix ? 3u : 0u) << "the chain's first three pages";
+    EXPECT_FALSE(Has(*m, a, 13)) << "the chain's unread end outlived a flood";
+    EXPECT_EQ(Has(*m, a, 50), prefix);
+    if (prefix) {
+      const TierSnapshot t = m->Snapshot().tiers[0];
+      EXPECT_EQ(t.eviction, EvictionPolicy::kPrefix);
+      EXPECT_EQ(t.protected_pages, 1u);
+      EXPECT_GT(t.ghost_entries, 0u);
+    }
+  }
+}
+
+// prefix on one shard, driven by hand: the offsets are a capacity of
+// arrivals turned into stamps (here 3 stamps an arrival, 64 pages: 192
+// stamps), times 3 for chain ends and 6 for reused pages; victims come in
+// rank order across the three lists; a child moves its parent off the
+// chain ends when the parent is touched again.
+TEST(EvictionPolicyTest, PrefixRanksPagesByStampAndTheirListsOffset) {
+  IndexShard shard;
+  absl::MutexLock lock(&shard.mu);
+  shard.SetPolicyLocked(0, EvictionPolicy::kPrefix, UINT64_MAX, UINT64_MAX);
+  std::vector<std::unique_ptr<PageEntry>> held;
+  uint64_t stamp = 0;
+  std::vector<PageEntry*> pages;
+  for (uint64_t id = 0; id < 64; ++id) {
+    stamp += 3;
+    pages.push_back(InsertPage(shard, held, id, stamp));
+    EXPECT_TRUE(shard.ChainEndLocked(pages.back()));  // no child: a chain end
+  }
+  EXPECT_EQ(shard.PrefixOffsetsLocked(0), std::make_pair(uint64_t{576}, uint64_t{1152}));
+  // Page 0 gains a child: touched, it is a page PUT once (rank = stamp).
+  ++pages[0]->resident_children;
+  shard.TouchLocked(pages[0], ++stamp);
+  EXPECT_FALSE(shard.ChainEndLocked(pages[0]));
+  --pages[0]->resident_children;  // (a leaf again, so the scans below may take it)
+  // Page 1 is read: reused (rank = stamp + 1152).
+  shard.TouchLocked(pages[1], ++stamp, /*reused=*/true);
+  EXPECT_TRUE(pages[1]->flags & PageEntry::kProtected);
+  // The 62 other chain ends rank 576 below their stamps (3..192 less 576):
+  // they go first, oldest first; then page 0, then page 1.
+  std::vector<uint64_t> order;
+  for (int i = 0; i < 64; ++i) {
+    Victim v = shard.FindVictimLocked(0, 0, 8);
+    ASSERT_NE(v.entry, nullptr);
+    order.push_back(v.entry->key == Key(0) ? 0 : v.entry->key == Key(1) ? 1 : 2);
+    if (i == 0) {
+      EXPECT_EQ(v.entry->key, Key(2));
+    }
+    shard.RememberEvictedLocked(v.entry);
+    shard.DetachLocked(v.entry);
+  }
+  EXPECT_EQ(order[62], 0u);
+  EXPECT_EQ(order[63], 1u);
+  EXPECT_EQ(shard.SizeLocked(), 0u);
+  // A page PUT again while the ghost remembers it (one of the last evicted:
+  // the ghost shrinks with the shard's pages) comes back reused.
+  EXPECT_TRUE(InsertPage(shard, held, 0, ++stamp)->flags & PageEntry::kProtected);
+  EXPECT_FALSE(InsertPage(shard, held, 500, ++stamp)->flags & PageEntry::kProtected);
 }
 
 }  // namespace

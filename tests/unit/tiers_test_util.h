@@ -54,13 +54,14 @@ class PolicyTest : public ::testing::TestWithParam<EvictionPolicy> {
   void SetUp() override { TestEviction() = GetParam(); }
   void TearDown() override { TestEviction() = EvictionPolicy::kLru; }
 };
-#define KVTIER_EVERY_POLICY(suite)                                                           \
-  INSTANTIATE_TEST_SUITE_P(Policies, suite,                                                  \
-                           ::testing::Values(EvictionPolicy::kLru, EvictionPolicy::k2q,      \
-                                             EvictionPolicy::kArc, EvictionPolicy::kS3Fifo), \
-                           [](const ::testing::TestParamInfo<EvictionPolicy>& i) {           \
-                             return std::string(EvictionPolicyName(i.param));                \
-                           })
+#define KVTIER_EVERY_POLICY(suite)                                                       \
+  INSTANTIATE_TEST_SUITE_P(                                                              \
+      Policies, suite,                                                                   \
+      ::testing::Values(EvictionPolicy::kLru, EvictionPolicy::k2q, EvictionPolicy::kArc, \
+                        EvictionPolicy::kS3Fifo, EvictionPolicy::kPrefix),               \
+      [](const ::testing::TestParamInfo<EvictionPolicy>& i) {                            \
+        return std::string(EvictionPolicyName(i.param));                                 \
+      })
 
 // A manager over host tiers of `pages_per_tier[i]` pages of `page` bytes.
 inline std::unique_ptr<TierManager> MakeManager(std::vector<uint64_t> pages_per_tier, uint64_t page,

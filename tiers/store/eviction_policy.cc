@@ -12,7 +12,7 @@ namespace kvtier::tiers {
 namespace {
 
 constexpr EvictionPolicy kAll[] = {EvictionPolicy::kLru, EvictionPolicy::k2q, EvictionPolicy::kArc,
-                                   EvictionPolicy::kS3Fifo};
+                                   EvictionPolicy::kS3Fifo, EvictionPolicy::kPrefix};
 
 }  // namespace
 
@@ -24,6 +24,8 @@ absl::string_view EvictionPolicyName(EvictionPolicy p) {
       return "arc";
     case EvictionPolicy::kS3Fifo:
       return "s3fifo";
+    case EvictionPolicy::kPrefix:
+      return "prefix";
   }
   return "?";
 }

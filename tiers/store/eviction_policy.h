@@ -42,6 +42,22 @@
 //    under LRU, so that chains still lose their leaves first. A namespace's own list is
 //    in arrival order under s3fifo, except for namespaces with a reserve,
 //    whose lists stay LRU.
+//  - prefix: prefix-aware ranks. Three lists per shard and tier, each in
+//    stamp order, merged by rank = stamp + the list's offset: the chain ends
+//    (pages not yet reused that no later page names as its parent: the last
+//    page of a prompt's chain, a decode page) rank kPrefixEndPenalty "tier
+//    capacities" of arrivals older than their stamp, pages PUT once at their
+//    stamp, and reused pages (read by a GET or a promotion, PUT again, or PUT
+//    again while a ghost of kPrefixGhostShare x the shard's pages remembers
+//    them) kPrefixReuseBonus capacities newer. A page leaves the chain ends
+//    when a child names it. The offsets are in stamps: each shard turns
+//    "a capacity of arrivals" into stamps from the stamps that passed during
+//    its last window of arrivals (LOOKUPs and touches take stamps too). What
+//    this buys: a chain's last full page is read again far less often than
+//    the pages before it (the traces' own figure, docs/BENCHMARKS.md "Issue
+//    30: prefix"), and a page read once is read again more often than one
+//    never read; unlike 2q's protected share, reused pages are not capped at
+//    half the tier: they age out by rank.
 //
 // A namespace's own picks (its quota, an operator's EVICT) and the pages of
 // a namespace holding a reserve in the tier walk that namespace's own list,
@@ -60,16 +76,21 @@
 
 namespace kvtier::tiers {
 
-enum class EvictionPolicy : uint8_t { kLru = 0, k2q = 1, kArc = 2, kS3Fifo = 3 };
+enum class EvictionPolicy : uint8_t { kLru = 0, k2q = 1, kArc = 2, kS3Fifo = 3, kPrefix = 4 };
 
-// Whether the policy keeps a protected segment and a ghost (2q, arc, s3fifo).
+// Whether the policy keeps a protected segment and a ghost (2q, arc, s3fifo,
+// prefix).
 inline bool Segmented(EvictionPolicy p) { return p != EvictionPolicy::kLru; }
 // Whether a read marks a page instead of moving it (s3fifo).
 inline bool LazyPromotion(EvictionPolicy p) { return p == EvictionPolicy::kS3Fifo; }
 
-// "lru", "2q", "arc", "s3fifo".
+// Whether victims are merged from lists by rank offsets (prefix) rather than
+// taken from probation, then protected.
+inline bool Ranked(EvictionPolicy p) { return p == EvictionPolicy::kPrefix; }
+
+// "lru", "2q", "arc", "s3fifo", "prefix".
 absl::string_view EvictionPolicyName(EvictionPolicy p);
-// The names, for messages: "lru, 2q, arc, s3fifo".
+// The names, for messages: "lru, 2q, arc, s3fifo, prefix".
 std::string EvictionPolicyChoices();
 absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name);
 
@@ -87,11 +108,27 @@ inline constexpr double k2qGhostShare = 0.5;
 // and 16%).
 inline constexpr double kS3FifoMainShare = 0.5;
 inline constexpr double kS3FifoGhostShare = 0.9;
+// prefix's offsets, in "capacities" (the shard's pages in the tier) of
+// arrivals, and its ghost. The study behind them is in docs/BENCHMARKS.md
+// ("Issue 30: prefix"): a bonus of 3 or 12 capacities lost up to 1.2 and
+// 2.6 pp against LRU where 6 lost 0.26; the penalty changed little between
+// 1 and 10; a ghost of 2 capacities closed as much of the gap at 4k and 16k
+// pages as one of 4 (at half the memory: ~20 bytes a cached page).
+inline constexpr uint64_t kPrefixEndPenalty = 3;
+inline constexpr uint64_t kPrefixReuseBonus = 6;
+inline constexpr double kPrefixGhostShare = 2.0;
 inline double ProtectedShare(EvictionPolicy p) {
   return p == EvictionPolicy::kS3Fifo ? kS3FifoMainShare : k2qProtectedShare;
 }
 inline double GhostShare(EvictionPolicy p) {
-  return p == EvictionPolicy::kS3Fifo ? kS3FifoGhostShare : k2qGhostShare;
+  switch (p) {
+    case EvictionPolicy::kS3Fifo:
+      return kS3FifoGhostShare;
+    case EvictionPolicy::kPrefix:
+      return kPrefixGhostShare;
+    default:
+      return k2qGhostShare;
+  }
 }
 
 // A --eviction value: one policy for every tier ("2q"), or one per tier

@@ -43,6 +43,7 @@ class TailCursor {
     e_ = List::Newer(e_);
     Skip();
   }
+  static uint64_t Rank(const PageEntry* e) { return VictimRank(e); }
 
  private:
   void Skip() {
@@ -55,23 +56,56 @@ class TailCursor {
   PageEntry* e_;
 };
 
-// Leaf-first within a window: the first leaf among the `scan_limit` first
-// eligible pages in eviction order (`list` from its tail, then `then`), else
-// the first eligible non-leaf of that window. `headroom` cuts the list where
-// a namespace's reserve begins.
+// prefix's eviction order: the tails of the chain ends, the pages PUT once
+// and the reused pages (in that order of offsets), merged by PrefixRank.
 template <typename List>
-Victim ScanList(const List& list, const List* then, uint32_t scan_limit, VictimFilter filter,
-                uint64_t headroom) {
+class RankCursor {
+ public:
+  RankCursor(const List& ends, const List& once, const List& reused, uint64_t penalty,
+             uint64_t bonus)
+      : at_{ends.tail(), once.tail(), reused.tail()}, penalty_(penalty), bonus_(bonus) {
+    Pick();
+  }
+  PageEntry* get() const { return at_[which_]; }
+  void Next() {
+    at_[which_] = List::Newer(at_[which_]);
+    Pick();
+  }
+  uint64_t Rank(const PageEntry* e) const { return PrefixRank(e, penalty_, bonus_); }
+
+ private:
+  void Pick() {
+    which_ = 0;
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 3; ++i) {
+      if (at_[i] == nullptr) continue;
+      const uint64_t r = Rank(at_[i]);
+      if (r < best || at_[which_] == nullptr) {
+        best = r;
+        which_ = i;
+      }
+    }
+  }
+  PageEntry* at_[3];
+  int which_ = 0;
+  uint64_t penalty_, bonus_;
+};
+
+// Leaf-first within a window: the first leaf among the `scan_limit` first
+// eligible pages in eviction order (the cursor's: a list from its tail, then
+// another, or prefix's merge), else the first eligible non-leaf of that
+// window. `headroom` cuts the list where a namespace's reserve begins.
+template <typename Cursor>
+Victim ScanList(Cursor c, uint32_t scan_limit, VictimFilter filter, uint64_t headroom) {
   Victim fallback;
   uint32_t scanned = 0;
-  TailCursor<List> c(list, then);
   for (; c.get() != nullptr && scanned < scan_limit; c.Next()) {
     PageEntry* e = c.get();
     if (!Matches(e, filter)) continue;
     if (e->slot.bytes > headroom) return fallback;  // the rest is within the reserve
     ++scanned;
-    if (e->resident_children == 0) return Victim{e, VictimRank(e), true};
-    if (fallback.entry == nullptr) fallback = Victim{e, VictimRank(e), false};
+    if (e->resident_children == 0) return Victim{e, c.Rank(e), true};
+    if (fallback.entry == nullptr) fallback = Victim{e, c.Rank(e), false};
   }
   // Nothing eligible within the window: keep walking for any eligible page
   // so a run of pinned (or filtered) pages at the tail cannot stall eviction.
@@ -81,7 +115,7 @@ Victim ScanList(const List& list, const List* then, uint32_t scan_limit, VictimF
       if (!Matches(e, filter)) continue;
       if (e->slot.bytes > headroom) break;
       // scan_limit 0 means plain LRU: every candidate counts as a leaf.
-      return Victim{e, VictimRank(e), scan_limit == 0 || e->resident_children == 0};
+      return Victim{e, c.Rank(e), scan_limit == 0 || e->resident_children == 0};
     }
   }
   return fallback;
@@ -114,7 +148,9 @@ PageEntry* RecentClean(const List& list, uint32_t scan_limit) {
 
 }  // namespace
 
-IndexShard::IndexShard() {
+IndexShard::IndexShard(RankClock* clocks, uint32_t shards)
+    : clocks_(clocks != nullptr ? clocks : own_clocks_.data()),
+      shards_(std::max<uint32_t>(1, shards)) {
   for (auto& o : oldest_) o.store(UINT64_MAX, std::memory_order_relaxed);
 }
 
@@ -128,6 +164,7 @@ void IndexShard::InsertLocked(PageEntry* e, uint64_t stamp) {
   // 2q: a page PUT again soon after probation dropped it is one that is
   // reused; it skips probation.
   LinkLocked(e, Lists(e->tier).Recall(e));
+  CountArrivalLocked(e);
 }
 
 void IndexShard::DetachLocked(PageEntry* e) {
@@ -171,7 +208,7 @@ void IndexShard::RestampLocked(PageEntry* e, uint64_t stamp) {
   const bool reserved = l.Reserved(e->ns);
   e->stamp = stamp;
   RelinkByStamp(own, e);
-  if (!reserved) RelinkByStamp((e->flags & PageEntry::kProtected) ? l.prot : l.all, e);
+  if (!reserved) RelinkByStamp(l.ListOf(e), e);
   // A newer stamp never lowers the tier's oldest rank: the hint stays a
   // lower bound without loading the page that is first now (OldestStamp).
 }
@@ -191,6 +228,7 @@ void IndexShard::MoveTierLocked(PageEntry* e, uint8_t tier, const Slot& slot, ui
   // a PUT again), and its fingerprint must not stay behind as a stale ghost.
   const bool recalled = l.Recall(e);
   LinkLocked(e, tier < from || recalled);  // (LinkLocked protects under 2q only)
+  CountArrivalLocked(e);
   if (was_first) UpdateOldestLocked(from);
 }
 
@@ -200,17 +238,22 @@ void IndexShard::RememberEvictedLocked(const PageEntry* e) {
   if (!Segmented(l.policy) || l.Reserved(e->ns) || (e->flags & PageEntry::kProtected)) return;
   // The two ghosts together hold at most ghost_share x the shard's pages
   // (the larger gives way), so arc's second ghost costs no more memory.
-  const size_t pages = l.all.size() + l.prot.size();
+  const size_t pages = l.Pages();
   const size_t cap = std::max<size_t>(1, static_cast<size_t>(pages * GhostShare(l.policy)));
+  if (Ranked(l.policy)) {
+    l.ghost32.Push(static_cast<uint32_t>(Fingerprint(e)), cap);
+    return;
+  }
   const bool second = l.policy == EvictionPolicy::kArc && (e->flags & PageEntry::kWasProtected);
-  Ghost& into = second ? l.ghost_prot : l.ghost;
-  Ghost& other = second ? l.ghost : l.ghost_prot;
+  Ghost<uint64_t>& into = second ? l.ghost_prot : l.ghost;
+  Ghost<uint64_t>& other = second ? l.ghost : l.ghost_prot;
   into.Push(Fingerprint(e), cap > other.set.size() ? cap - other.set.size() : 1);
 }
 
 bool IndexShard::TierLists::Recall(const PageEntry* e) {
   if (!Segmented(policy) || Reserved(e->ns)) return false;
   const uint64_t f = Fingerprint(e);
+  if (Ranked(policy)) return ghost32.Take(static_cast<uint32_t>(f));
   if (ghost.Take(f)) {
     if (policy == EvictionPolicy::kArc) {  // recency was short of room
       const uint64_t step =
@@ -240,11 +283,13 @@ size_t IndexShard::ProtectedLocked(uint8_t tier) const {
 }
 
 size_t IndexShard::GhostLocked(uint8_t tier) const {
-  return tier < tiers_.size() ? tiers_[tier].ghost.set.size() + tiers_[tier].ghost_prot.set.size()
-                              : 0;
+  if (tier >= tiers_.size()) return 0;
+  const TierLists& l = tiers_[tier];
+  return l.ghost.set.size() + l.ghost_prot.set.size() + l.ghost32.set.size();
 }
 
-void IndexShard::Ghost::Push(uint64_t f, size_t cap) {
+template <typename Fingerprint>
+void IndexShard::Ghost<Fingerprint>::Push(Fingerprint f, size_t cap) {
   if (!set.insert(f).second) return;
   order.push_back(f);
   while (order.size() > cap) {  // the oldest fingerprints go first
@@ -253,7 +298,8 @@ void IndexShard::Ghost::Push(uint64_t f, size_t cap) {
   }
 }
 
-bool IndexShard::Ghost::Take(uint64_t f) {
+template <typename Fingerprint>
+bool IndexShard::Ghost<Fingerprint>::Take(Fingerprint f) {
   // Its place in `order` stays until it reaches the front, where erasing an
   // absent fingerprint is a no-op (a re-pushed one may go early: harmless).
   return set.erase(f) > 0;
@@ -282,13 +328,31 @@ void IndexShard::LinkLocked(PageEntry* e, bool protect) {
   NsList& own = l.ListFor(e->ns);
   newest_stamp_ = std::max(newest_stamp_, e->stamp);
   e->flags &= ~(PageEntry::kProtected | PageEntry::kAccessed);
+  if (Ranked(l.policy)) e->flags &= ~PageEntry::kChainEnd;
   if (l.Reserved(e->ns)) {
     // A new head is the newest page: only a list that was empty gets a new tail.
     own.PushFront(e);
-    LowerOldestLocked(e->tier, e->stamp);
+    LowerOldestLocked(e->tier, l.ReservedRankOf(e));
     return;
   }
   own.PushFront(e);
+  if (Ranked(l.policy)) {
+    // prefix: no share to keep, reused pages age out by rank. A page with
+    // no child yet is a chain end until one names it (AttachToParent).
+    if (protect) {
+      e->flags |= PageEntry::kProtected;
+      l.prot.PushFront(e);
+      l.prot_bytes += e->slot.bytes;
+    } else if (e->resident_children == 0) {
+      e->flags |= PageEntry::kChainEnd;
+      l.ends.PushFront(e);
+    } else {
+      l.all.PushFront(e);
+    }
+    // A chain end's rank is below newer pages': it may be the first now.
+    LowerOldestLocked(e->tier, l.RankOf(e));
+    return;
+  }
   const PageEntry* first = l.First();
   if (protect && Segmented(l.policy)) {
     e->flags = (e->flags | PageEntry::kProtected) & ~PageEntry::kWasProtected;
@@ -317,6 +381,57 @@ void IndexShard::LinkLocked(PageEntry* e, bool protect) {
   // The first page changes only when e or a page that fell back is linked
   // where the list was empty: a page in hand, no load.
   if (l.First() != first) LowerOldestLocked(e->tier, VictimRank(l.First()));
+}
+
+PageEntry* IndexShard::TierLists::First() const {
+  if (!Ranked(policy)) return all.empty() ? prot.tail() : all.tail();
+  PageEntry* first = nullptr;
+  for (const TierList* list : {&ends, &all, &prot}) {
+    PageEntry* t = list->tail();
+    if (t != nullptr && (first == nullptr || RankOf(t) < RankOf(first))) first = t;
+  }
+  return first;
+}
+
+void IndexShard::CountArrivalLocked(const PageEntry* e) {
+  const uint8_t tier = e->tier;
+  TierLists& l = tiers_[tier];
+  if (!Ranked(l.policy)) return;
+  RankClock& c = clocks_[tier];
+  const uint64_t n = c.arrivals.fetch_add(1, std::memory_order_relaxed) + 1;
+  uint64_t end = c.window_end.load(std::memory_order_relaxed);
+  if (n < end) return;
+  // The tier's capacity in pages of this one's size (its bytes at the low
+  // watermark: SetPolicy), or, for a shard alone, its pages times the
+  // shards. The next window is a capacity of arrivals (64 at least, for
+  // tiny tiers), so the estimate covers what the offsets are measured in.
+  const uint64_t capacity = l.share_bytes != UINT64_MAX && e->slot.bytes > 0
+                                ? std::max<uint64_t>(1, l.share_bytes / e->slot.bytes) * shards_
+                                : l.Pages() * shards_;
+  if (!c.window_end.compare_exchange_strong(end, n + std::max<uint64_t>(64, capacity),
+                                            std::memory_order_relaxed)) {
+    return;  // another shard closes this window
+  }
+  const uint64_t start = c.window_start.exchange(n, std::memory_order_relaxed);
+  const uint64_t since = c.window_stamp.exchange(newest_stamp_, std::memory_order_relaxed);
+  const double stamps_per_arrival =
+      static_cast<double>(newest_stamp_ - std::min(newest_stamp_, since)) /
+      static_cast<double>(std::max<uint64_t>(1, n - start));
+  const auto stamps = static_cast<uint64_t>(stamps_per_arrival * static_cast<double>(capacity));
+  c.end_penalty.store(kPrefixEndPenalty * stamps, std::memory_order_relaxed);
+  c.reuse_bonus.store(kPrefixReuseBonus * stamps, std::memory_order_relaxed);
+  RefreshOffsetsLocked(tier);
+}
+
+void IndexShard::RefreshOffsetsLocked(uint8_t tier) {
+  TierLists& l = tiers_[tier];
+  const RankClock& c = clocks_[tier];
+  const uint64_t penalty = c.end_penalty.load(std::memory_order_relaxed);
+  const uint64_t bonus = c.reuse_bonus.load(std::memory_order_relaxed);
+  if (penalty == l.end_penalty && bonus == l.reuse_bonus) return;
+  l.end_penalty = penalty;
+  l.reuse_bonus = bonus;
+  UpdateOldestLocked(tier);  // every rank of ends and prot moved
 }
 
 void IndexShard::RequeueInMainLocked(TierLists& l, PageEntry* d) {
@@ -368,14 +483,18 @@ bool IndexShard::UnlinkLocked(PageEntry* e) {
   TierLists& l = Lists(e->tier);
   NsList& own = l.ListFor(e->ns);
   const bool reserved = l.Reserved(e->ns);
-  const bool was_first = reserved ? own.tail() == e : l.First() == e;
+  // prefix: a list's tail stands for "may be first", so that an unlink loads
+  // no other list's tail (the caller makes the hint exact).
+  const bool was_first = reserved           ? own.tail() == e
+                         : Ranked(l.policy) ? l.ListOf(e).tail() == e
+                                            : l.First() == e;
   own.Remove(e);
   if (reserved) {
   } else if (e->flags & PageEntry::kProtected) {
     l.prot.Remove(e);
     l.prot_bytes -= std::min<uint64_t>(l.prot_bytes, e->slot.bytes);
   } else {
-    l.all.Remove(e);
+    l.ListOf(e).Remove(e);
   }
   // Taking the first page out leaves the hint a lower bound: loading the
   // page first now was a cold miss on every touch of a tier's oldest page
@@ -392,10 +511,10 @@ void IndexShard::LowerOldestLocked(uint8_t tier, uint64_t rank) {
 void IndexShard::UpdateOldestLocked(uint8_t tier) {
   const TierLists& l = tiers_[tier];
   const PageEntry* first = l.First();
-  uint64_t oldest = first == nullptr ? UINT64_MAX : VictimRank(first);
+  uint64_t oldest = first == nullptr ? UINT64_MAX : l.RankOf(first);
   for (NamespaceId id : l.reserved) {
     if (id < l.by_ns.size() && !l.by_ns[id].empty()) {
-      oldest = std::min(oldest, l.by_ns[id].tail()->stamp);
+      oldest = std::min(oldest, l.ReservedRankOf(l.by_ns[id].tail()));
     }
   }
   oldest_[tier].store(oldest, std::memory_order_relaxed);
@@ -405,17 +524,23 @@ Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_
                                     VictimFilter filter, const ReserveView* reserves) {
   if (tier >= tiers_.size()) return Victim{};
   if (ns == 0 && LazyPromotion(tiers_[tier].policy)) RequeueAccessedLocked(tier, scan_limit);
+  if (Ranked(tiers_[tier].policy)) RefreshOffsetsLocked(tier);  // ranks as other shards' now
   const TierLists& l = tiers_[tier];
   auto scan_own = [&](NamespaceId id) {
     if (id >= l.by_ns.size() || l.by_ns[id].empty()) return Victim{};
     const uint64_t headroom = reserves == nullptr ? UINT64_MAX : reserves->Headroom(id);
-    return headroom == 0 ? Victim{}
-                         : ScanList<NsList>(l.by_ns[id], nullptr, scan_limit, filter, headroom);
+    return headroom == 0
+               ? Victim{}
+               : ScanList(TailCursor<NsList>(l.by_ns[id], nullptr), scan_limit, filter, headroom);
   };
   if (ns != 0) return scan_own(ns);
   // Namespaces in the tier list have no reserve here: no headroom to ask.
   Victim best =
-      ScanList(l.all, Segmented(l.policy) ? &l.prot : nullptr, scan_limit, filter, UINT64_MAX);
+      Ranked(l.policy)
+          ? ScanList(RankCursor<TierList>(l.ends, l.all, l.prot, l.end_penalty, l.reuse_bonus),
+                     scan_limit, filter, UINT64_MAX)
+          : ScanList(TailCursor<TierList>(l.all, Segmented(l.policy) ? &l.prot : nullptr),
+                     scan_limit, filter, UINT64_MAX);
   for (NamespaceId id : l.reserved) {
     Victim v = scan_own(id);
     if (v.BetterThan(best)) best = v;
@@ -429,6 +554,7 @@ PageEntry* IndexShard::FindRecentCleanLocked(uint8_t tier, uint32_t scan_limit) 
   const TierLists& l = tiers_[tier];
   if (PageEntry* e = RecentClean(l.prot, scan_limit)) return e;
   if (PageEntry* e = RecentClean(l.all, scan_limit)) return e;
+  if (PageEntry* e = RecentClean(l.ends, scan_limit)) return e;
   for (NamespaceId id : l.reserved) {
     if (id >= l.by_ns.size()) continue;
     if (PageEntry* e = RecentClean(l.by_ns[id], scan_limit)) return e;
@@ -449,7 +575,7 @@ std::vector<PageEntry*> IndexShard::DrainLocked() {
 PageIndex::PageIndex(uint32_t shards) {
   while ((1u << shard_bits_) < shards) ++shard_bits_;
   for (uint32_t i = 0; i < (1u << shard_bits_); ++i) {
-    shards_.push_back(std::make_unique<IndexShard>());
+    shards_.push_back(std::make_unique<IndexShard>(clocks_.data(), 1u << shard_bits_));
   }
 }
 
@@ -478,7 +604,10 @@ void PageIndex::MarkReserved(uint8_t tier, NamespaceId ns) {
 
 void PageIndex::SetPolicy(uint8_t tier, EvictionPolicy policy, uint64_t bytes) {
   const uint64_t share = bytes / shards_.size();
-  const auto cap = static_cast<uint64_t>(static_cast<double>(share) * ProtectedShare(policy));
+  // prefix caps no list: its reused pages age out by rank.
+  const uint64_t cap =
+      Ranked(policy) ? UINT64_MAX
+                     : static_cast<uint64_t>(static_cast<double>(share) * ProtectedShare(policy));
   for (auto& shard : shards_) {
     absl::MutexLock lock(&shard->mu);
     shard->SetPolicyLocked(tier, policy, cap, share);

@@ -69,8 +69,12 @@ bool StoreCore::AttachToParent(NamespaceId ns, const PageKey &parent) {
   IndexShard &shard = index.ShardFor(ns, parent);
   absl::MutexLock lock(&shard.mu);
   PageEntry *p = shard.FindLocked(ns, parent);
-  if (p != nullptr) ++p->resident_children;
-  return p != nullptr;
+  if (p == nullptr) return false;
+  ++p->resident_children;
+  // prefix: a page with a child is no longer a chain's end (relinked with
+  // its resident child counted).
+  if (shard.ChainEndLocked(p)) shard.TouchLocked(p, NextStamp());
+  return true;
 }
 
 void StoreCore::DetachFromParent(NamespaceId ns, const PageKey &parent) {

@@ -59,11 +59,11 @@ ABSL_FLAG(
     uint32_t, index_shards, 16,
     "the store's index shards (kvtierd: 16); 2q and arc keep their protected share and ghosts "
     "per shard, which on tiers of a few hundred pages costs hit rate against one shard");
-ABSL_FLAG(
-    std::string, eviction, "lru",
-    "eviction policies to replay side by side, comma-separated (lru, 2q, arc, s3fifo; as kvtierd "
-    "--eviction, each for every tier): LRU always runs as the baseline, and each other "
-    "policy adds a column with the share of the LRU -> Belady gap it closes");
+ABSL_FLAG(std::string, eviction, "lru",
+          "eviction policies to replay side by side, comma-separated (lru, 2q, arc, s3fifo, "
+          "prefix; as kvtierd "
+          "--eviction, each for every tier): LRU always runs as the baseline, and each other "
+          "policy adds a column with the share of the LRU -> Belady gap it closes");
 ABSL_FLAG(uint32_t, batch_pages, 32,
           "pages per GET/PUT call, as kvtier-stress --batch_pages (0: a whole chain per call)");
 ABSL_FLAG(bool, decode, true, "PUT the pages decode completes, as kvtier-stress does");
@@ -82,10 +82,11 @@ ABSL_FLAG(double, target_hit_rate, 0,
 ABSL_FLAG(std::string, host_bytes, "",
           "sizing: the RAM of the RAM + NVMe split to check (default: a quarter of the total)");
 ABSL_FLAG(std::string, json_out, "", "write the results as JSON to this file");
-ABSL_FLAG(std::string, nvme_eviction, "same",
-          "two-tier runs: the NVMe tier's policy beside each --eviction column's host "
-          "policy: same (that column's, as kvtierd --eviction=NAME), or lru, 2q, arc or s3fifo "
-          "for every column (as kvtierd --eviction=host=NAME,nvme=THIS)");
+ABSL_FLAG(
+    std::string, nvme_eviction, "same",
+    "two-tier runs: the NVMe tier's policy beside each --eviction column's host "
+    "policy: same (that column's, as kvtierd --eviction=NAME), or lru, 2q, arc, s3fifo or prefix "
+    "for every column (as kvtierd --eviction=host=NAME,nvme=THIS)");
 ABSL_FLAG(std::string, plot, "", "write a hit-rate-vs-capacity PNG (gnuplot) to this file");
 
 namespace kvtier::sim {

@@ -30,7 +30,8 @@ ABSL_FLAG(uint32_t, chain_pages, 32, "pages per chain (one PUT, one LOOKUP)");
 ABSL_FLAG(uint32_t, page_bytes, 16, "bytes per page (small: memory goes to the index)");
 ABSL_FLAG(double, zipf, 1.0, "Zipf exponent of namespace popularity");
 ABSL_FLAG(uint32_t, shards, 16, "index shards");
-ABSL_FLAG(std::string, eviction, "lru", "the host tier's eviction policy (lru, 2q, arc, s3fifo)");
+ABSL_FLAG(std::string, eviction, "lru",
+          "the host tier's eviction policy (lru, 2q, arc, s3fifo, prefix)");
 ABSL_FLAG(uint32_t, lookups, 5000, "LOOKUPs per round and store");
 ABSL_FLAG(int, lookup_rounds, 20, "LOOKUP rounds; medians of the rounds' p50/p99 are reported");
 ABSL_FLAG(std::string, evict_pages, "50k", "pages evicted per eviction repeat");

@@ -28,6 +28,9 @@
 // ranked after every probation page (VictimRank), so the cross-shard pick
 // and the oldest-page hints work unchanged. Namespace lists stay LRU, except
 // under s3fifo, where a read marks a page instead of moving it (kAccessed).
+// Under prefix a third list holds the chain ends (kChainEnd), and a victim's
+// rank is its stamp plus its list's offset (PrefixRank): a pick merges the
+// three tails by rank, and the hints are ranks the same way.
 #pragma once
 
 #include <array>
@@ -95,6 +98,10 @@ struct alignas(64) PageEntry {
   // Fell back from its tier's protected list to probation (arc: its
   // eviction goes to the second ghost); cleared when protected again.
   static constexpr uint8_t kWasProtected = 64;
+  // prefix: on its tier's chain-ends list (not reused, no child when it was
+  // linked). The bit is arc's kWasProtected: a tier has one policy, and the
+  // entry has no spare bit (both of its lines are full).
+  static constexpr uint8_t kChainEnd = 64;
   // s3fifo: read or PUT again since it entered its FIFO (or was requeued);
   // eviction moves it on instead of taking it.
   static constexpr uint8_t kAccessed = 128;
@@ -139,6 +146,15 @@ inline constexpr uint64_t kProtectedRank = uint64_t{1} << 63;
 inline uint64_t VictimRank(const PageEntry* e) {
   return e->stamp | ((e->flags & PageEntry::kProtected) ? kProtectedRank : 0);
 }
+// Under prefix: the stamp for a chain end, plus `penalty` for a page PUT
+// once, plus `bonus` more for a reused page (eviction_policy.h: ends rank
+// `penalty` below their stamps; added to the others instead, ranks never
+// fall below zero, which would tie every young chain end).
+inline uint64_t PrefixRank(const PageEntry* e, uint64_t penalty, uint64_t bonus) {
+  if (e->flags & PageEntry::kChainEnd) return e->stamp;
+  if (e->flags & PageEntry::kProtected) return e->stamp + penalty + bonus;
+  return e->stamp + penalty;
+}
 
 // An eviction candidate found in one shard.
 struct Victim {
@@ -167,11 +183,28 @@ class ReserveView {
   virtual uint64_t Headroom(NamespaceId ns) const = 0;
 };
 
+// prefix's offsets for one tier, shared by the index's shards so that ranks
+// compare across shards (a pick takes the least rank of all of them): a
+// capacity of arrivals turned into stamps, measured over windows of about a
+// capacity of arrivals by whichever shard closes the window. Read and
+// written without a lock: the figures are estimates, and each shard copies
+// them into its lists under its lock (IndexShard::RefreshOffsetsLocked).
+struct RankClock {
+  std::atomic<uint64_t> end_penalty{0};
+  std::atomic<uint64_t> reuse_bonus{0};
+  std::atomic<uint64_t> arrivals{0};
+  std::atomic<uint64_t> window_end{64};   // `arrivals` at which the window closes
+  std::atomic<uint64_t> window_start{0};  // `arrivals` when it opened
+  std::atomic<uint64_t> window_stamp{0};  // and the newest stamp then
+};
+
 class IndexShard {
  public:
   static constexpr size_t kMaxTiers = 8;  // TierManager's limit
 
-  IndexShard();
+  // `clocks`: kMaxTiers clocks shared with the index's other shards (by
+  // tier); none: this shard's own (a shard alone, in tests).
+  explicit IndexShard(RankClock* clocks = nullptr, uint32_t shards = 1);
   absl::Mutex mu;
 
   PageEntry* FindLocked(NamespaceId ns, const PageKey& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -214,6 +247,18 @@ class IndexShard {
   // `e` is about to leave its tier by eviction (then DetachLocked): under 2q
   // a probation page leaves its fingerprint in the tier's ghost.
   void RememberEvictedLocked(const PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Whether e is on its tier's chain-ends list (prefix): a child naming it
+  // as its parent moves it off (StoreCore::AttachToParent touches it).
+  bool ChainEndLocked(const PageEntry* e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return (e->flags & PageEntry::kChainEnd) && e->tier < tiers_.size() &&
+           Ranked(tiers_[e->tier].policy);
+  }
+  // prefix: this shard's offsets in `tier` now, in stamps (tests).
+  std::pair<uint64_t, uint64_t> PrefixOffsetsLocked(uint8_t tier) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (tier >= tiers_.size()) return {0, 0};
+    return {tiers_[tier].end_penalty, tiers_[tier].reuse_bonus};
+  }
   // The tier's policy and, for 2q and arc, the bytes of this shard's
   // protected pages beyond which the oldest fall back to probation (arc:
   // where that limit starts; it then moves within [0, share_bytes], this
@@ -292,11 +337,14 @@ class IndexShard {
   using TierList = LruList<PageEntry, &PageEntry::tier_links>;
   // 2q's ghost: fingerprints of pages evicted from probation, oldest first
   // out (a ring over a set; 16 bytes an entry with the set's slot).
+  // prefix's remembers twice as many pages, in 4-byte fingerprints (a false
+  // "seen" once in ~2^32 / entries: a page enters as reused).
+  template <typename Fingerprint>
   struct Ghost {
-    std::deque<uint64_t> order;
-    absl::flat_hash_set<uint64_t> set;
-    void Push(uint64_t f, size_t cap);
-    bool Take(uint64_t f);  // true (and forgets it) when present
+    std::deque<Fingerprint> order;
+    absl::flat_hash_set<Fingerprint> set;
+    void Push(Fingerprint f, size_t cap);
+    bool Take(Fingerprint f);  // true (and forgets it) when present
   };
   // One tier's lists in this shard.
   struct TierLists {
@@ -305,17 +353,40 @@ class IndexShard {
     // probation segment under 2q.
     TierList all;
     TierList prot;  // 2q's protected segment
+    TierList ends;  // prefix: the chain ends
+    // prefix: the offsets of ends and prot in stamps (PrefixRank): the
+    // tier's RankClock's as of this shard's last refresh.
+    uint64_t end_penalty = 0;
+    uint64_t reuse_bonus = 0;
+    size_t Pages() const { return all.size() + prot.size() + ends.size(); }
+    uint64_t RankOf(const PageEntry* e) const {
+      return Ranked(policy) ? PrefixRank(e, end_penalty, reuse_bonus) : VictimRank(e);
+    }
+    // A page of a namespace with a reserve here (on its own list only): its
+    // stamp, under every policy. (Under prefix it so ranks as a chain end:
+    // with an offset, a namespace's own pages in different shards compared
+    // by offsets copied at different times, and beyond its reserve it lost
+    // a scattering of pages instead of its oldest.)
+    static uint64_t ReservedRankOf(const PageEntry* e) { return e->stamp; }
+    // e's tier list (it is on one: its namespace has no reserve here).
+    TierList& ListOf(const PageEntry* e) {
+      if (e->flags & PageEntry::kProtected) return prot;
+      if (Ranked(policy) && (e->flags & PageEntry::kChainEnd)) return ends;
+      return all;
+    }
     // 2q: bytes on the protected list, and their limit: this shard's share.
     // (One limit for all shards, over a shared counter, did no better in
     // kvtier-sim and put an atomic shared by every shard on each read.)
     uint64_t prot_bytes = 0;
     uint64_t prot_cap_bytes = UINT64_MAX;
     uint64_t share_bytes = UINT64_MAX;  // arc: the most prot_cap_bytes may grow to
-    Ghost ghost;                        // evicted from probation without having been protected
-    Ghost ghost_prot;                   // arc: evicted after falling back from protected
+    Ghost<uint64_t> ghost;              // evicted from probation without having been protected
+    Ghost<uint64_t> ghost_prot;         // arc: evicted after falling back from protected
+    Ghost<uint32_t> ghost32;            // prefix: evicted unreused
     // The page a tier-wide pick looks at first: probation's tail, else
-    // protected's (the oldest-page hint's page).
-    PageEntry* First() const { return all.empty() ? prot.tail() : all.tail(); }
+    // protected's (the oldest-page hint's page); under prefix the tail of
+    // least rank.
+    PageEntry* First() const;
     // 2q, arc: whether a ghost remembers `e` (a recent eviction from
     // probation); it forgets it then, and under arc moves the protected
     // limit (eviction_policy.h).
@@ -338,6 +409,12 @@ class IndexShard {
   // hint is then left a lower bound, for a caller to make exact.
   bool UnlinkLocked(PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void UpdateOldestLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);  // exact again
+  // prefix: page `e` arrived in its tier (a PUT, a move); at the end of a
+  // window of arrivals the offsets are measured again (eviction_policy.h).
+  void CountArrivalLocked(const PageEntry* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // prefix: takes the tier's shared offsets into its lists (the hint exact
+  // again when they moved).
+  void RefreshOffsetsLocked(uint8_t tier) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void LowerOldestLocked(uint8_t tier, uint64_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // s3fifo: marked pages among small's oldest (until `window` unmarked ones
   // are passed) move to main; if small has fewer, marked pages at main's
@@ -351,6 +428,9 @@ class IndexShard {
   uint64_t newest_stamp_ ABSL_GUARDED_BY(mu) = 0;
   // Written under mu (Update/LowerOldestLocked), read without it (OldestStamp).
   std::array<std::atomic<uint64_t>, kMaxTiers> oldest_;
+  std::array<RankClock, kMaxTiers> own_clocks_;  // when the shard has no index
+  RankClock* const clocks_;                      // by tier
+  const uint32_t shards_;                        // sharing clocks_ (a capacity's share)
   absl::flat_hash_map<std::pair<NamespaceId, PageKey>, std::shared_ptr<KeyInFlight>> inflight_
       ABSL_GUARDED_BY(mu);
 };
@@ -371,6 +451,7 @@ class PageIndex {
   void SetPolicy(uint8_t tier, EvictionPolicy policy, uint64_t bytes);
 
  private:
+  std::array<RankClock, IndexShard::kMaxTiers> clocks_;  // prefix's, shared by the shards
   std::vector<std::unique_ptr<IndexShard>> shards_;
   uint32_t shard_bits_ = 0;
 };
