@@ -123,6 +123,22 @@ Victim ScanList(Cursor c, uint32_t scan_limit, VictimFilter filter, uint64_t hea
 
 uint64_t Fingerprint(const PageEntry* e) { return absl::HashOf(e->ns, e->key); }
 
+// prefix's ghost table keeps a part of the fingerprint and places it by
+// another: a hash with no per-process seed (absl's has one), so that one
+// replay gives the same figures in every run (kvtier-sim).
+uint64_t StableFingerprint(NamespaceId ns, const PageKey& key) {
+  uint64_t lo, hi;
+  std::memcpy(&lo, key.bytes.data(), 8);
+  std::memcpy(&hi, key.bytes.data() + 8, 8);
+  uint64_t h = lo ^ (hi * 0xC2B2AE3D27D4EB4Full) ^ (uint64_t{ns} * 0x165667B19E3779F9ull);
+  h ^= h >> 33;  // MurmurHash3's fmix64
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  return h ^ (h >> 33);
+}
+uint64_t StableFingerprint(const PageEntry* e) { return StableFingerprint(e->ns, e->key); }
+
 // Moves e (already restamped) below the pages of `list` newer than it: a
 // few at most, those stamped since e's stamp was taken.
 template <typename List>
@@ -241,19 +257,19 @@ void IndexShard::RememberEvictedLocked(const PageEntry* e) {
   const size_t pages = l.Pages();
   const size_t cap = std::max<size_t>(1, static_cast<size_t>(pages * GhostShare(l.policy)));
   if (Ranked(l.policy)) {
-    l.ghost32.Push(static_cast<uint32_t>(Fingerprint(e)), cap);
+    l.ghost_table.Push(StableFingerprint(e), cap);
     return;
   }
   const bool second = l.policy == EvictionPolicy::kArc && (e->flags & PageEntry::kWasProtected);
-  Ghost<uint64_t>& into = second ? l.ghost_prot : l.ghost;
-  Ghost<uint64_t>& other = second ? l.ghost : l.ghost_prot;
+  Ghost& into = second ? l.ghost_prot : l.ghost;
+  Ghost& other = second ? l.ghost : l.ghost_prot;
   into.Push(Fingerprint(e), cap > other.set.size() ? cap - other.set.size() : 1);
 }
 
 bool IndexShard::TierLists::Recall(const PageEntry* e) {
   if (!Segmented(policy) || Reserved(e->ns)) return false;
+  if (Ranked(policy)) return ghost_table.Take(StableFingerprint(e));
   const uint64_t f = Fingerprint(e);
-  if (Ranked(policy)) return ghost32.Take(static_cast<uint32_t>(f));
   if (ghost.Take(f)) {
     if (policy == EvictionPolicy::kArc) {  // recency was short of room
       const uint64_t step =
@@ -285,11 +301,10 @@ size_t IndexShard::ProtectedLocked(uint8_t tier) const {
 size_t IndexShard::GhostLocked(uint8_t tier) const {
   if (tier >= tiers_.size()) return 0;
   const TierLists& l = tiers_[tier];
-  return l.ghost.set.size() + l.ghost_prot.set.size() + l.ghost32.set.size();
+  return l.ghost.set.size() + l.ghost_prot.set.size() + l.ghost_table.entries;
 }
 
-template <typename Fingerprint>
-void IndexShard::Ghost<Fingerprint>::Push(Fingerprint f, size_t cap) {
+void IndexShard::Ghost::Push(uint64_t f, size_t cap) {
   if (!set.insert(f).second) return;
   order.push_back(f);
   while (order.size() > cap) {  // the oldest fingerprints go first
@@ -298,11 +313,58 @@ void IndexShard::Ghost<Fingerprint>::Push(Fingerprint f, size_t cap) {
   }
 }
 
-template <typename Fingerprint>
-bool IndexShard::Ghost<Fingerprint>::Take(Fingerprint f) {
+bool IndexShard::Ghost::Take(uint64_t f) {
   // Its place in `order` stays until it reaches the front, where erasing an
   // absent fingerprint is a no-op (a re-pushed one may go early: harmless).
   return set.erase(f) > 0;
+}
+
+namespace {
+// A GhostTable's bucket for fingerprint f (its high bits), and the 4 bytes
+// kept of it (its low half; never 0, which marks an empty slot).
+size_t GhostBucketOf(uint64_t f, size_t buckets) {
+  return static_cast<size_t>((static_cast<unsigned __int128>(f) * buckets) >> 64);
+}
+uint32_t GhostTag(uint64_t f) {
+  const auto t = static_cast<uint32_t>(f);
+  return t == 0 ? 1 : t;
+}
+}  // namespace
+
+void IndexShard::GhostTable::Push(uint64_t f, size_t cap) {
+  constexpr size_t kWays = std::tuple_size_v<decltype(GhostBucket::tags)>;
+  const size_t want = std::max<size_t>(1, (cap + kWays - 1) / kWays);
+  if (buckets.empty() || want > 2 * buckets.size() || 4 * want < buckets.size()) {
+    buckets.assign(want, GhostBucket{});  // a tag alone cannot be moved
+    entries = 0;
+  }
+  std::array<uint32_t, kWays>& t = buckets[GhostBucketOf(f, buckets.size())].tags;
+  entries += t[kWays - 1] == 0;
+  std::copy_backward(t.begin(), t.end() - 1, t.end());  // the oldest falls out
+  t[0] = GhostTag(f);
+}
+
+void IndexShard::GhostTable::Prefetch(uint64_t f) const {
+  if (!buckets.empty()) __builtin_prefetch(&buckets[GhostBucketOf(f, buckets.size())], 1);
+}
+
+void IndexShard::PrefetchGhostLocked(NamespaceId ns, const PageKey& key) const {
+  for (const TierLists& l : tiers_) {
+    if (Ranked(l.policy)) l.ghost_table.Prefetch(StableFingerprint(ns, key));
+  }
+}
+
+bool IndexShard::GhostTable::Take(uint64_t f) {
+  if (buckets.empty()) return false;
+  auto& tags = buckets[GhostBucketOf(f, buckets.size())].tags;
+  const uint32_t tag = GhostTag(f);
+  for (uint32_t& slot : tags) {
+    if (slot != tag) continue;
+    slot = 0;
+    --entries;
+    return true;
+  }
+  return false;
 }
 
 void IndexShard::MarkReservedLocked(uint8_t tier, NamespaceId ns) {
@@ -541,6 +603,9 @@ Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_
                      scan_limit, filter, UINT64_MAX)
           : ScanList(TailCursor<TierList>(l.all, Segmented(l.policy) ? &l.prot : nullptr),
                      scan_limit, filter, UINT64_MAX);
+  // prefix: the victim's ghost bucket, for RememberEvictedLocked soon after.
+  if (Ranked(l.policy) && best.entry != nullptr)
+    l.ghost_table.Prefetch(StableFingerprint(best.entry));
   for (NamespaceId id : l.reserved) {
     Victim v = scan_own(id);
     if (v.BetterThan(best)) best = v;

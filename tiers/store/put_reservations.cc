@@ -60,6 +60,7 @@ PutPath::Claim PutPath::ClaimKey(NamespaceId ns, const PageKey& key,
     return Claim::kInFlight;
   }
   shard.AddInFlightLocked(ns, key);
+  shard.PrefetchGhostLocked(ns, key);  // prefix: the insert asks it once the bytes are in
   return Claim::kClaimed;
 }
 
