@@ -50,14 +50,17 @@
 //    stamp, and reused pages (read by a GET or a promotion, PUT again, or PUT
 //    again while a ghost of kPrefixGhostShare x the shard's pages remembers
 //    them) kPrefixReuseBonus capacities newer. A page leaves the chain ends
-//    when a child names it. The offsets are in stamps: each shard turns
-//    "a capacity of arrivals" into stamps from the stamps that passed during
-//    its last window of arrivals (LOOKUPs and touches take stamps too). What
-//    this buys: a chain's last full page is read again far less often than
-//    the pages before it (the traces' own figure, docs/BENCHMARKS.md "Issue
-//    30: prefix"), and a page read once is read again more often than one
-//    never read; unlike 2q's protected share, reused pages are not capped at
-//    half the tier: they age out by rank.
+//    when a child names it. The offsets are in stamps, the same for every
+//    shard (so ranks compare across shards): "a capacity of arrivals" turned
+//    into stamps by the stamps that passed during the tier's last window of
+//    arrivals (LOOKUPs and touches take stamps too). What this buys: a
+//    chain's last full page is read again far less often than the pages
+//    before it (on Mooncake 5% of the time, on the Azure traces never:
+//    docs/BENCHMARKS.md, "how far an online policy gets"), and a page read
+//    once is read again more often than one never read; unlike 2q's
+//    protected share, reused pages are not capped at half the tier: they
+//    age out by rank. A namespace with a reserve keeps its own LRU list and
+//    its pages rank by stamp (as chain ends do).
 //
 // A namespace's own picks (its quota, an operator's EVICT) and the pages of
 // a namespace holding a reserve in the tier walk that namespace's own list,
@@ -108,12 +111,13 @@ inline constexpr double k2qGhostShare = 0.5;
 // and 16%).
 inline constexpr double kS3FifoMainShare = 0.5;
 inline constexpr double kS3FifoGhostShare = 0.9;
-// prefix's offsets, in "capacities" (the shard's pages in the tier) of
-// arrivals, and its ghost. The study behind them is in docs/BENCHMARKS.md
-// ("Issue 30: prefix"): a bonus of 3 or 12 capacities lost up to 1.2 and
-// 2.6 pp against LRU where 6 lost 0.26; the penalty changed little between
-// 1 and 10; a ghost of 2 capacities closed as much of the gap at 4k and 16k
-// pages as one of 4 (at half the memory: ~20 bytes a cached page).
+// prefix's offsets, in "capacities" (the tier's pages at its low
+// watermark) of arrivals, and its ghost, in the shard's pages. The study
+// behind them is in docs/BENCHMARKS.md ("Issue 30: prefix"): a bonus of 3
+// or 12 capacities lost 1.21 and 2.85 pp against LRU where 6 lost 0.13;
+// the penalty changed nothing between 1 and 10; a ghost of 2 capacities
+// closed as much of the gap at 4k and 16k pages as one of 4, with a smaller
+// worst loss.
 inline constexpr uint64_t kPrefixEndPenalty = 3;
 inline constexpr uint64_t kPrefixReuseBonus = 6;
 inline constexpr double kPrefixGhostShare = 2.0;
