@@ -350,12 +350,12 @@ class IndexShard {
   // prefix's ghost remembers four times as many pages as 2q's (2 capacities)
   // and is fed by every eviction; with Ghost's set and ring (two random
   // accesses and ~20 bytes an entry) the eviction rate at 1,000 namespaces
-  // fell to 0.77x LRU's. This one is a table of cache-line buckets of 16
+  // fell to 0.73x LRU's. This one is a table of cache-line buckets of 16
   // 4-byte tags, each bucket oldest-out on its own: one line an insert or a
   // lookup, 4 bytes an entry. An entry goes when its bucket has taken 16
   // newer ones: after its capacity of evictions, give or take a quarter
   // (buckets of 4 forgot too early too often: +2% of the Mooncake gap at 4k
-  // pages instead of +9%). A false "seen" comes once in ~2^28 lookups.
+  // pages instead of +8%). A false "seen" comes once in ~2^28 lookups.
   // Resized as the shard's pages grow or shrink by a factor of 2 or 4, it
   // starts empty again.
   struct alignas(64) GhostBucket {
