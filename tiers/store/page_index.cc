@@ -12,8 +12,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/hash/hash.h"
-
 namespace kvtier::tiers {
 namespace {
 
@@ -121,12 +119,11 @@ Victim ScanList(Cursor c, uint32_t scan_limit, VictimFilter filter, uint64_t hea
   return fallback;
 }
 
-uint64_t Fingerprint(const PageEntry* e) { return absl::HashOf(e->ns, e->key); }
-
-// prefix's ghost table keeps a part of the fingerprint and places it by
-// another: a hash with no per-process seed (absl's has one), so that one
-// replay gives the same figures in every run (kvtier-sim).
-uint64_t StableFingerprint(NamespaceId ns, const PageKey& key) {
+// What a ghost remembers of a page: a hash with no per-process seed
+// (absl's has one), so that one replay gives the same figures in every run
+// (kvtier-sim: prefix's ghost table keeps a part of it and places it by
+// another, so its figures depended on the seed).
+uint64_t Fingerprint(NamespaceId ns, const PageKey& key) {
   uint64_t lo, hi;
   std::memcpy(&lo, key.bytes.data(), 8);
   std::memcpy(&hi, key.bytes.data() + 8, 8);
@@ -137,7 +134,7 @@ uint64_t StableFingerprint(NamespaceId ns, const PageKey& key) {
   h *= 0xC4CEB9FE1A85EC53ull;
   return h ^ (h >> 33);
 }
-uint64_t StableFingerprint(const PageEntry* e) { return StableFingerprint(e->ns, e->key); }
+uint64_t Fingerprint(const PageEntry* e) { return Fingerprint(e->ns, e->key); }
 
 // Moves e (already restamped) below the pages of `list` newer than it: a
 // few at most, those stamped since e's stamp was taken.
@@ -257,7 +254,7 @@ void IndexShard::RememberEvictedLocked(const PageEntry* e) {
   const size_t pages = l.Pages();
   const size_t cap = std::max<size_t>(1, static_cast<size_t>(pages * GhostShare(l.policy)));
   if (Ranked(l.policy)) {
-    l.ghost_table.Push(StableFingerprint(e), cap);
+    l.ghost_table.Push(Fingerprint(e), cap);
     return;
   }
   const bool second = l.policy == EvictionPolicy::kArc && (e->flags & PageEntry::kWasProtected);
@@ -268,8 +265,8 @@ void IndexShard::RememberEvictedLocked(const PageEntry* e) {
 
 bool IndexShard::TierLists::Recall(const PageEntry* e) {
   if (!Segmented(policy) || Reserved(e->ns)) return false;
-  if (Ranked(policy)) return ghost_table.Take(StableFingerprint(e));
   const uint64_t f = Fingerprint(e);
+  if (Ranked(policy)) return ghost_table.Take(f);
   if (ghost.Take(f)) {
     if (policy == EvictionPolicy::kArc) {  // recency was short of room
       const uint64_t step =
@@ -350,7 +347,7 @@ void IndexShard::GhostTable::Prefetch(uint64_t f) const {
 
 void IndexShard::PrefetchGhostLocked(NamespaceId ns, const PageKey& key) const {
   for (const TierLists& l : tiers_) {
-    if (Ranked(l.policy)) l.ghost_table.Prefetch(StableFingerprint(ns, key));
+    if (Ranked(l.policy)) l.ghost_table.Prefetch(Fingerprint(ns, key));
   }
 }
 
@@ -447,12 +444,7 @@ void IndexShard::LinkLocked(PageEntry* e, bool protect) {
 
 PageEntry* IndexShard::TierLists::First() const {
   if (!Ranked(policy)) return all.empty() ? prot.tail() : all.tail();
-  PageEntry* first = nullptr;
-  for (const TierList* list : {&ends, &all, &prot}) {
-    PageEntry* t = list->tail();
-    if (t != nullptr && (first == nullptr || RankOf(t) < RankOf(first))) first = t;
-  }
-  return first;
+  return RankCursor<TierList>(ends, all, prot, end_penalty, reuse_bonus).get();
 }
 
 void IndexShard::CountArrivalLocked(const PageEntry* e) {
@@ -604,8 +596,7 @@ Victim IndexShard::FindVictimLocked(uint8_t tier, NamespaceId ns, uint32_t scan_
           : ScanList(TailCursor<TierList>(l.all, Segmented(l.policy) ? &l.prot : nullptr),
                      scan_limit, filter, UINT64_MAX);
   // prefix: the victim's ghost bucket, for RememberEvictedLocked soon after.
-  if (Ranked(l.policy) && best.entry != nullptr)
-    l.ghost_table.Prefetch(StableFingerprint(best.entry));
+  if (Ranked(l.policy) && best.entry != nullptr) l.ghost_table.Prefetch(Fingerprint(best.entry));
   for (NamespaceId id : l.reserved) {
     Victim v = scan_own(id);
     if (v.BetterThan(best)) best = v;
