@@ -19,6 +19,11 @@
 # restores the prompt, and GETs the same pages again once warm. The figure of
 # issue 28: (Create's wait for the daemon link + the restore) / the warm GET,
 # target <= 2; the link's own HELLO + REGISTER time is reported beside it.
+# The control line: each fresh process then draws a second set of weights (as
+# long a CPU- and memory-bound phase as the one before its restore) and GETs
+# the same pages again into its warm arena; "first restore / that GET" near or
+# below 1 says the restore pays for the seconds of idle before it, not for
+# being a fresh process (BENCHMARKS, "the first touch against the idle").
 #   scripts/bench_first_touch.sh [kvtier-first-restore-bench flags, e.g. --repeats=11]
 # KVTIER_BUILD_DIR picks the build (default: scripts/lib/bench_build.sh); KVTIER_NO_BUILD=1 skips building.
 set -euo pipefail
