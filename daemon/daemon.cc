@@ -302,6 +302,12 @@ absl::Status Daemon::Run(const std::atomic<bool>& stop) {
       OnRouterMessage();
       router_in = has_in(*router_);
     }
+    // A socket still busy after its share of the pass: ask the other one
+    // again before the next pass, or a flood of requests would keep the
+    // copy workers' completions (other tenants' replies) waiting, and the
+    // reverse. One check per 256 messages; none when the pass drained both.
+    if (router_in && !completions_in) completions_in = has_in(*completions_);
+    if (completions_in && !router_in) router_in = has_in(*router_);
     metrics_.sessions.store(sessions_.size(), std::memory_order_relaxed);
     if (absl::Now() >= next_sweep) {
       EndClosedPeers();

@@ -1,13 +1,18 @@
 // Attacks on the frontend itself, from raw ZeroMQ peers: memory a peer can
 // make the daemon hold before it has authenticated (hole 3), sessions it
-// can hoard (hole 6), and malformed or oversized messages before and after
-// HELLO. A victim PINGs throughout; its p99 must stay under 20 ms.
+// can hoard (hole 6), malformed or oversized messages before and after
+// HELLO, and a flood of pipelined requests that must not starve another
+// tenant's GETs. A victim PINGs throughout; its p99 must stay under 20 ms.
 #include <sys/mman.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "client/wire_calls.h"
+#include "kvtier/shm_buffer.h"
 #include "tests/security/security_fixture.h"
 
 namespace kvtier::security {
@@ -321,6 +326,66 @@ TEST_F(MalformedMessages, AfterHello) {
   auto probe = again->Call(LookupReq(keys));
   EXPECT_WIRE_CODE(probe, OK);
   EXPECT_EQ(probe->response.lookup().hits(), 0u);
+}
+
+// ------------------------------------------------------- request flood --
+
+// A peer that pipelines PINGs without waiting keeps the frontend's ROUTER
+// busy; the copy workers' completions (another tenant's GET replies) must
+// still get their turn. Alice GETs 8 pages (512 KiB, above the frontend-copy
+// bound, so each GET is a copy worker's job and its reply a completion)
+// into her buffer throughout the flood.
+class RequestFlood : public SecurityTest {};
+
+TEST_F(RequestFlood, PipelinedPingsDoNotStarveAnotherTenantsGets) {
+  const auto keys = itest::MakeChain(itest::SmallLayout(), 1201, 8);
+  auto alice = Alice();
+  ASSERT_TRUE(alice);
+  ASSERT_NO_FATAL_FAILURE(PlantAlice(*alice, keys));
+  auto buf = ShmBuffer::Create(keys.size() * kPage);
+  ASSERT_TRUE(buf.ok()) << buf.status();
+  auto id = alice->RegisterBuffer(**buf);
+  ASSERT_TRUE(id.ok()) << id.status();
+  std::vector<uint64_t> offsets;
+  for (size_t i = 0; i < keys.size(); ++i) offsets.push_back(i * kPage);
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> sent{0}, answered{0};
+  std::thread flood([&] {
+    auto m = Mallory();
+    if (!m) return;
+    wire::Request ping = PingReq();
+    ping.set_version(1);
+    ping.set_session_id(m->session());
+    uint64_t rid = 1000;
+    while (!stop.load()) {
+      for (int i = 0; i < 256; ++i) {
+        ping.set_request_id(++rid);
+        if (m->SendFrames({ping.SerializeAsString()})) sent.fetch_add(1);
+      }
+      while (m->RecvFrames(0)) answered.fetch_add(1);  // whatever is back, without waiting
+    }
+  });
+  std::vector<double> ms;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) {
+    const auto t = std::chrono::steady_clock::now();
+    auto tiers = alice->Get(keys, *id, offsets);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+    ASSERT_TRUE(tiers.ok()) << tiers.status() << " after " << ms.size() << " GETs";
+    for (TierKind k : *tiers) ASSERT_EQ(k, TierKind::kHost);
+  }
+  stop.store(true);
+  flood.join();
+  const LatencySummary s = Summarize(ms);
+  std::printf("SECURITY_PING attack=ping_flood alice_gets=%zu p50_ms=%.2f p99_ms=%.2f max_ms=%.2f "
+              "pings_sent=%llu answered=%llu\n",
+              s.n, s.p50_ms, s.p99_ms, s.max_ms, static_cast<unsigned long long>(sent.load()),
+              static_cast<unsigned long long>(answered.load()));
+  EXPECT_GT(answered.load(), 1000u) << "the flood did not reach the daemon";
+  EXPECT_GE(s.n, 20u) << "alice's GETs were starved";
+  EXPECT_LT(s.max_ms, 1000.0) << "an alice GET waited behind the flood";
+  ExpectAliceIntact(keys);
 }
 
 }  // namespace
